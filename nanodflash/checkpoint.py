@@ -1,0 +1,81 @@
+"""Checkpoints: written atomically (temp file + rename), read back with clear errors.
+
+An output folder written by `train_tiny.py --out DIR` holds:
+    tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
+    target.pt       {"config", "model", "tokenizer", "history"}
+    data.pt         target-generated sequences the drafter trains on
+    drafter.pt      {"config", "model", "target_fingerprint", "history"}
+"""
+
+import os
+from dataclasses import asdict
+
+import torch
+
+from .drafter import Drafter, DrafterConfig
+from .gpt import GPT, GPTConfig
+from .tokenizer import load_tokenizer
+
+TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
+
+
+def atomic_save(obj, path):
+    """torch.save to `path.tmp`, then rename: a reader never sees a half-written file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def read(path, what):
+    """torch.load with messages that say what is wrong and what to do."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{what} checkpoint not found: {path} (run `python train_tiny.py --out "
+                                f"{os.path.dirname(path) or '.'}` first)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ValueError(f"{what} checkpoint {path} is corrupt or truncated ({type(e).__name__}); delete it and "
+                         "rerun train_tiny.py, which redoes that stage") from e
+
+
+def save_target(path, target, tokenizer_path, history=None):
+    with open(tokenizer_path) as f:
+        tok_text = f.read()
+    atomic_save({"config": asdict(target.config), "model": target.state_dict(), "tokenizer": tok_text,
+                 "history": history or {}}, path)
+
+
+def load_target(path, device="cpu"):
+    ck = read(path, "target")
+    target = GPT(GPTConfig(**ck["config"]))
+    target.load_state_dict(ck["model"])
+    return target.to(device).eval(), ck
+
+
+def save_drafter(path, drafter, history=None):
+    atomic_save({"config": asdict(drafter.config), "model": drafter.state_dict(),
+                 "target_fingerprint": drafter.target.fingerprint(), "history": history or {}}, path)
+
+
+def load_drafter(path, target, device="cpu"):
+    """Load a drafter onto `target`; refuse if it was trained against a different target."""
+    ck = read(path, "drafter")
+    fp = target.fingerprint()
+    if ck["target_fingerprint"] != fp:
+        raise ValueError(f"drafter {path} was trained against target {ck['target_fingerprint']}, but this target "
+                         f"is {fp}; retrain the drafter (rerun train_tiny.py, or delete {path})")
+    drafter = Drafter(DrafterConfig(**ck["config"]), target)
+    drafter.load_state_dict(ck["model"])
+    return drafter.to(device).eval(), ck
+
+
+def load(out_dir="out", device="cpu"):
+    """tok, target, drafter = nanodflash.load(out_dir): what train_tiny.py --out DIR wrote."""
+    tok = load_tokenizer(os.path.join(out_dir, TOKENIZER))
+    target, _ = load_target(os.path.join(out_dir, TARGET), device)
+    if tok.n_vocab != target.config.vocab_size:
+        raise ValueError(f"tokenizer in {out_dir} has {tok.n_vocab} tokens but the target expects "
+                         f"{target.config.vocab_size}; the folder mixes runs, rerun train_tiny.py --fresh")
+    drafter, _ = load_drafter(os.path.join(out_dir, DRAFTER), target, device)
+    return tok, target, drafter

@@ -1,0 +1,201 @@
+"""The DFlash drafter: a small block-diffusion model conditioned on the target's hidden features.
+
+It drafts a whole block in ONE forward pass. The block is the anchor (the last token the target
+emitted, not yet processed by the target) followed by B-1 MASK tokens; the drafter fills every MASK
+at once. It has no embedding or LM head of its own: it borrows the target's, frozen.
+
+Conditioning is by *KV injection*. The target's features at the chosen `target_layer_ids` are fused
+into one vector per verified position, h = RMSNorm(fc(concat(layer outputs))), and every drafter
+layer projects them with its own W_K, W_V -- the same projections it applies to the block -- so the
+context enters each layer as extra keys/values. Queries come from the block only; there is no causal
+mask. Positions are absolute (RoPE): context feature j sits at j, block slot i at start+i.
+
+    context (verified, features from the target)        block (drafted now)
+    pos:  0    1    2   ...  start-1                    start   start+1  ...  start+B-1
+         [h0] [h1] [h2] ... [h_{s-1}]                  [anchor] [MASK]   ...  [MASK]
+    keys:  K/V of every h_j (cached)          +         K/V of every block slot
+    queries: block slots only; each block slot sees ALL context keys and ALL block keys
+
+During training, K blocks share one forward: block b (anchor a_b) sees context features j < a_b and
+its own slots, nothing of the other blocks (`training_mask`).
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .gpt import Block, KVCache
+from .layers import RMSNorm, rope_cos_sin
+
+
+def default_target_layer_ids(n_target_layers, n_features):
+    """The paper's rule: n=1 -> [L//2]; else round(1 + i*(L-4)/(n-1)), i = 0..n-1 (0-indexed layers).
+
+    For targets too shallow for that rule to give n distinct layers (L - 4 < n - 1), we spread the n
+    layers evenly over all of them instead: round(i*(L-1)/(n-1)). Example: L=6, n=2 -> [1, 3]; L=4, n=2 -> [0, 3].
+    """
+    L, n = n_target_layers, n_features
+    if not 1 <= n <= L:
+        raise ValueError(f"need 1 <= number of target layers used ({n}) <= target depth ({L})")
+    if n == 1:
+        return [L // 2]
+    if L - 4 >= n - 1:
+        return [int(round(1 + i * (L - 4) / (n - 1))) for i in range(n)]
+    return [int(round(i * (L - 1) / (n - 1))) for i in range(n)]
+
+
+def loss_decay_weights(block_size, gamma=None):
+    """w_k = exp(-(k-1)/gamma) for slots k = 1..B-1, and 0 for slot 0 (the anchor). Shape (B,).
+
+    gamma defaults to the paper's choice: 7 for B=16, 5 for B=10, 4 for B=8 (else B/2, at least 1).
+    """
+    if gamma is None:
+        gamma = {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+    k = torch.arange(block_size, dtype=torch.float32)
+    return torch.where(k >= 1, torch.exp(-(k - 1) / gamma), torch.zeros(()))
+
+
+def training_mask(anchors, seq_len, block_size):
+    """Bool mask (N, K*B, S + K*B): may the query (block b, slot i) see key j?
+
+    Keys are [context features 0..S-1 ; block slots of all K blocks]. Block b sees context j iff
+    j < anchors[n, b], and every slot of its own block. anchors: (N, K) LongTensor.
+    """
+    N, K = anchors.shape
+    B = block_size
+    ctx_pos = torch.arange(seq_len, device=anchors.device)
+    query_anchor = anchors.repeat_interleave(B, dim=1)                          # (N, K*B)
+    sees_ctx = ctx_pos[None, None, :] < query_anchor[:, :, None]               # (N, K*B, S)
+    block_of = torch.arange(K, device=anchors.device).repeat_interleave(B)      # (K*B,)
+    sees_block = (block_of[:, None] == block_of[None, :]).expand(N, -1, -1)     # (N, K*B, K*B)
+    return torch.cat([sees_ctx, sees_block], dim=-1)
+
+
+@dataclass
+class DrafterConfig:
+    n_layer: int = 1
+    block_size: int = 16                      # the DFlash draft block B (anchor + B-1 masks)
+    target_layer_ids: list = field(default_factory=list)
+    mask_token_id: int = -1
+    n_embd: int = 256                         # must equal the target's width (shared embed / head)
+    n_head: int = 4
+    n_kv_head: int = 4
+    mlp_hidden: int = 768
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @classmethod
+    def for_target(cls, tc, mask_token_id, n_layer=1, block_size=16, n_target_layers=None, **kw):
+        """A drafter config matched to target config `tc` (same width, heads and RoPE)."""
+        ids = default_target_layer_ids(tc.n_layer, n_target_layers or n_layer)
+        return cls(n_layer=n_layer, block_size=block_size, target_layer_ids=ids, mask_token_id=mask_token_id,
+                   n_embd=tc.n_embd, n_head=tc.n_head, n_kv_head=tc.n_kv_head, mlp_hidden=tc.mlp_hidden,
+                   rope_theta=tc.rope_theta, norm_eps=tc.norm_eps, **kw)
+
+
+class Drafter(nn.Module):
+    def __init__(self, config, target):
+        super().__init__()
+        c = self.config = config
+        if c.n_embd != target.config.n_embd:
+            raise ValueError(f"drafter width {c.n_embd} must equal the target's {target.config.n_embd}")
+        if not 0 <= c.mask_token_id < target.config.vocab_size:
+            raise ValueError(f"mask_token_id {c.mask_token_id} is not in the target's vocabulary")
+        object.__setattr__(self, "target", target)    # borrowed, frozen, and NOT one of our parameters
+        self.fc = nn.Linear(len(c.target_layer_ids) * c.n_embd, c.n_embd, bias=False)
+        self.hidden_norm = RMSNorm(c.n_embd, c.norm_eps)
+        self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layer))
+        self.norm = RMSNorm(c.n_embd, c.norm_eps)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * c.n_layer) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def _rope(self, positions, dtype):
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
+        return cos.unsqueeze(-3), sin.unsqueeze(-3)          # (..., T, hd) -> (..., 1, T, hd): broadcast over heads
+
+    def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
+        """One drafter layer: queries from the block, keys/values = [injected context ; block]."""
+        h = layer.input_layernorm(x)
+        q = layer.self_attn.query(h, cos, sin)
+        k, v = layer.self_attn.key_value(h, cos, sin)
+        k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)   # (B, Hkv, S+T, hd)
+        x = x + layer.self_attn.attend(q, k, v, mask)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    # ---------------- inference: a cache of projected context K/V ----------------
+
+    def new_cache(self, max_len):
+        """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block)."""
+        p = next(self.parameters())
+        return KVCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype)
+
+    def extend(self, cache, features, tokens=None):
+        """Append newly verified positions: features (1, t, n_feat*D) at positions cache.length... .
+
+        `tokens` (their ids) are part of the drafter protocol (an autoregressive drafter needs them);
+        DFlash conditions on the features alone.
+        """
+        start, t = cache.length, features.size(1)
+        h = self.hidden_norm(self.fc(features))                                  # (1, t, D)
+        cos, sin = self._rope(torch.arange(start, start + t, device=h.device), h.dtype)
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.key_value(h, cos, sin)
+            cache.write(i, start, k, v)
+        cache.length = start + t
+
+    def block_logits(self, cache, block):
+        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V).
+
+        The block's own K/V are never stored: the cache keeps only verified context.
+        """
+        start = cache.length
+        x = self.target.embed_tokens(block)                                      # (1, b, D)
+        cos, sin = self._rope(torch.arange(start, start + block.size(1), device=x.device), x.dtype)
+        for i, layer in enumerate(self.layers):
+            x = self._layer(layer, x, cache.k[i, :, :, :start], cache.v[i, :, :, :start], cos, sin, None)
+        return self.target.lm_head(self.norm(x))
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V))`."""
+        block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
+        block[0, 0] = anchor
+        logits = self.block_logits(cache, block)                                 # (1, n_draft+1, V)
+        return choose(logits[0, 1:])                                             # slot 0 (the anchor) predicts nothing
+
+    # ---------------- training: K blocks per sequence in one forward ----------------
+
+    def forward(self, features, input_ids, anchors):
+        """features (N, S, F), input_ids (N, S), anchors (N, K) with anchors <= S-B -> logits (N, K, B, V)."""
+        N, S, _ = features.shape
+        K, B = anchors.size(1), self.config.block_size
+        h = self.hidden_norm(self.fc(features))                                  # (N, S, D)
+        block = torch.full((N, K, B), self.config.mask_token_id, device=input_ids.device)
+        block[:, :, 0] = torch.gather(input_ids, 1, anchors)                     # [x_a, MASK, ..., MASK]
+        x = self.target.embed_tokens(block).view(N, K * B, -1)                   # (N, K, B, D) -> (N, K*B, D)
+        block_pos = (anchors[:, :, None] + torch.arange(B, device=anchors.device)).view(N, K * B)
+        cos_b, sin_b = self._rope(block_pos, x.dtype)                            # (N, 1, K*B, hd)
+        cos_c, sin_c = self._rope(torch.arange(S, device=x.device), x.dtype)     # (1, S, hd)
+        mask = training_mask(anchors, S, B).unsqueeze(1)                         # (N, 1, K*B, S+K*B)
+        for layer in self.layers:
+            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
+            x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
+        return self.target.lm_head(self.norm(x)).view(N, K, B, -1)               # (N, K*B, V) -> (N, K, B, V)
+
+    def loss(self, features, input_ids, anchors, weights):
+        """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0."""
+        logits = self(features, input_ids, anchors)                               # (N, K, B, V)
+        B = self.config.block_size
+        label_pos = anchors[:, :, None] + torch.arange(B, device=anchors.device)  # (N, K, B)
+        labels = torch.gather(input_ids, 1, label_pos.flatten(1)).view_as(label_pos)
+        ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(labels)
+        w = weights.to(ce.device).expand_as(ce)
+        return (ce * w).sum() / w.sum(), logits, labels

@@ -1,0 +1,138 @@
+"""The target: a minimal decoder-only GPT in Qwen3 layer math, with an explicit KV cache.
+
+    logits, features = target(idx, cache=None, layer_ids=None)
+
+`idx` is (B, T) token ids. With a `KVCache`, the new tokens sit at positions cache.length ...
+cache.length+T-1, attend to everything cached before them, and are appended to the cache.
+`layer_ids` (0-indexed decoder layers) asks for the *outputs* of those layers, concatenated on the
+last axis: features (B, T, len(layer_ids) * n_embd). They are what the DFlash drafter conditions on.
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+
+from .layers import MLP, AttentionProjections, RMSNorm, rope_cos_sin
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 1024     # including the special tokens <|endoftext|> and <|mask|>
+    n_layer: int = 6
+    n_head: int = 4
+    n_kv_head: int = 4         # < n_head gives grouped-query attention
+    n_embd: int = 256
+    mlp_hidden: int = 768      # SwiGLU hidden width
+    max_seq_len: int = 512     # the context window (block_size is the *draft* block, see drafter.py)
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+
+class KVCache:
+    """Preallocated keys/values for every layer, plus how many positions are filled.
+
+    k, v: (n_layer, batch, n_kv_head, max_len, head_dim). Rolling back rejected tokens is just
+    `crop(n)`: the length goes back to n and later writes overwrite the stale entries.
+    """
+
+    def __init__(self, config, batch_size, max_len, device=None, dtype=torch.float32):
+        shape = (config.n_layer, batch_size, config.n_kv_head, max_len, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.max_len, self.length = max_len, 0
+
+    def crop(self, n):
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot crop a cache of length {self.length} to {n}")
+        self.length = n
+
+    def write(self, layer, start, k, v):
+        """Store k/v (B, Hkv, T, hd) at positions start..start+T-1; return all keys/values up to there."""
+        end = start + k.size(2)
+        if end > self.max_len:
+            raise ValueError(f"KV cache overflow: position {end - 1} does not fit max_len={self.max_len}")
+        self.k[layer, :, :, start:end] = k
+        self.v[layer, :, :, start:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.n_embd, c.norm_eps)
+        self.self_attn = AttentionProjections(c.n_embd, c.n_head, c.n_kv_head, c.norm_eps)
+        self.post_attention_layernorm = RMSNorm(c.n_embd, c.norm_eps)
+        self.mlp = MLP(c.n_embd, c.mlp_hidden)
+
+    def forward(self, x, cos, sin, mask, cache, layer, start):
+        h = self.input_layernorm(x)
+        q = self.self_attn.query(h, cos, sin)
+        k, v = self.self_attn.key_value(h, cos, sin)
+        if cache is not None:
+            k, v = cache.write(layer, start, k, v)
+        x = x + self.self_attn.attend(q, k, v, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.n_embd)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.norm = RMSNorm(config.n_embd, config.norm_eps)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():        # GPT-2 style scaled init of residual outputs
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def new_cache(self, batch_size=1, max_len=None):
+        p = next(self.parameters())
+        return KVCache(self.config, batch_size, max_len or self.config.max_seq_len, p.device, p.dtype)
+
+    def forward(self, idx, cache=None, layer_ids=None):
+        B, T = idx.shape
+        start = cache.length if cache is not None else 0
+        if start + T > self.config.max_seq_len:
+            raise ValueError(f"sequence of {start + T} tokens exceeds max_seq_len={self.config.max_seq_len}")
+        x = self.embed_tokens(idx)                                          # (B, T, D)
+        positions = torch.arange(start, start + T, device=idx.device)
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # (T, hd)
+        # causal mask over [cached keys ; new keys]: query i (at position start+i) sees keys 0..start+i
+        mask = None
+        if T > 1:
+            key_pos = torch.arange(start + T, device=idx.device)
+            mask = key_pos[None, :] <= positions[:, None]                     # (T, start+T)
+        features = []
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, mask, cache, i, start)
+            if layer_ids is not None and i in layer_ids:
+                features.append(x)
+        if cache is not None:
+            cache.length = start + T
+        logits = self.lm_head(self.norm(x))                                  # (B, T, vocab)
+        if layer_ids is None:
+            return logits, None
+        by_id = dict(zip([i for i in range(len(self.layers)) if i in layer_ids], features))
+        return logits, torch.cat([by_id[i] for i in layer_ids], dim=-1)       # (B, T, len(ids)*D)
+
+    def fingerprint(self):
+        """A short hash of config + weights, so a drafter can check which target it was trained on."""
+        import hashlib
+        h = hashlib.sha256(repr(sorted(asdict(self.config).items())).encode())
+        for name, t in sorted(self.state_dict().items()):
+            h.update(name.encode())
+            h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]

@@ -1,0 +1,140 @@
+"""Plain autoregressive decoding and DFlash speculative decoding (batch 1), side by side.
+
+    tokens = generate(target, prompt_ids, max_new_tokens, temperature=0.0, ...)
+    tokens, stats = speculative_generate(target, drafter, prompt_ids, max_new_tokens, ...)
+
+Both return the generated ids only (a list of ints). Greedy speculative output is token-identical to
+greedy `generate`; sampled speculative output has exactly the target's distribution (verify.py).
+The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else ValueError.
+"""
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .sampling import check_sampling_args, probs_from_logits, sample
+from .verify import greedy_verify, match_verify, rejection_verify
+
+VERIFIERS = ("match", "rejection")
+
+
+@dataclass
+class SpecStats:
+    acceptance_lengths: list = field(default_factory=list)  # tokens emitted per draft+verify step (bonus included)
+    target_forwards: int = 0                                # prefill + one verify per step
+    draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
+    verify_time: float = 0.0                                # seconds in the target (verify forwards)
+    prefill_time: float = 0.0
+
+    @property
+    def tau(self):
+        """Mean acceptance length τ over the steps (0.0 when there was no step)."""
+        n = len(self.acceptance_lengths)
+        return sum(self.acceptance_lengths) / n if n else 0.0
+
+    @property
+    def histogram(self):
+        return dict(sorted(Counter(self.acceptance_lengths).items()))
+
+
+def _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids):
+    """Validate the common arguments; return the prompt as a (1, P) LongTensor on the target's device."""
+    check_sampling_args(temperature, top_k, top_p)
+    device = next(target.parameters()).device
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).flatten()
+    if prompt.numel() == 0:
+        raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens}")
+    vocab, window = target.config.vocab_size, target.config.max_seq_len
+    if int(prompt.min()) < 0 or int(prompt.max()) >= vocab:
+        raise ValueError(f"prompt has token ids outside the target's vocabulary [0, {vocab})")
+    if prompt.numel() + max_new_tokens > window:
+        raise ValueError(f"prompt ({prompt.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                         f"target's max_seq_len ({window}); shorten the prompt or ask for fewer tokens")
+    return prompt[None], set(stop_token_ids or ())
+
+
+def _first_stop(tokens, stops):
+    """Length of `tokens` kept when stopping right after the first stop token (len(tokens) if none)."""
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return i + 1
+    return len(tokens)
+
+
+@torch.no_grad()
+def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+             stop_token_ids=None, generator=None):
+    """Plain decoding with the KV cache: one target forward per generated token."""
+    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    cache = target.new_cache(1)
+    logits, _ = target(prompt, cache)
+    out = []
+    while True:
+        probs = probs_from_logits(logits[0, -1].cpu(), temperature, top_k, top_p)
+        token = int(probs.argmax()) if temperature == 0 else int(sample(probs, generator))
+        out.append(token)
+        if len(out) == max_new_tokens or token in stops:
+            return out
+        logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)
+
+
+def _chooser(temperature, top_k, top_p, sample_drafts, generator):
+    """The drafter's rule for turning its logits (n, V) into draft tokens (n,) and their distribution q."""
+    def choose(logits):
+        q = probs_from_logits(logits.detach().cpu(), temperature, top_k, top_p)    # (n, V)
+        tokens = sample(q, generator) if sample_drafts else logits.detach().cpu().argmax(-1)
+        return tokens, q
+    return choose
+
+
+@torch.no_grad()
+def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
+                         top_k=None, top_p=None, verifier="match", stop_token_ids=None, generator=None):
+    """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix."""
+    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    B = drafter.config.block_size if block_size is None else block_size
+    if int(B) != B or not 1 <= B <= drafter.config.block_size:
+        raise ValueError(f"block_size must be an integer in [1, {drafter.config.block_size}] "
+                         f"(the drafter was trained with block_size={drafter.config.block_size}), got {block_size}")
+    if verifier not in VERIFIERS and not callable(verifier):
+        raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
+    greedy, ids = temperature == 0, drafter.config.target_layer_ids
+    choose = _chooser(temperature, top_k, top_p, verifier == "rejection" and not greedy, generator)
+    stats, t0 = SpecStats(target_forwards=1), time.perf_counter()
+    cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
+    logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features
+    drafter.extend(dcache, feats, prompt)                                        # context = the whole prompt
+    p_last = probs_from_logits(logits[0, -1].cpu(), temperature, top_k, top_p)
+    out = [int(p_last.argmax()) if greedy else int(sample(p_last, generator))]  # first bonus token
+    stats.prefill_time = time.perf_counter() - t0
+    while len(out) < max_new_tokens and out[-1] not in stops:
+        anchor, start, b = out[-1], cache.length, min(B, max_new_tokens - len(out))  # never draft past the limit
+        t0 = time.perf_counter()
+        drafts, q = drafter.draft(dcache, anchor, b - 1, choose)                 # b-1 tokens, one drafter pass
+        t1 = time.perf_counter()
+        block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
+        logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass
+        target_logits = logits[0].cpu()                                          # (b, V): after anchor, d_1, ...
+        if greedy:
+            n_acc, bonus = greedy_verify(drafts, target_logits)
+        elif callable(verifier):
+            n_acc, bonus = verifier(drafts, q, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
+        elif verifier == "match":
+            n_acc, bonus = match_verify(drafts, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
+        else:
+            n_acc, bonus = rejection_verify(drafts, q, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
+        cache.crop(start + 1 + n_acc)                                            # keep anchor + accepted drafts
+        t2 = time.perf_counter()
+        drafter.extend(dcache, feats[:, : 1 + n_acc], block[:, : 1 + n_acc])     # their features become context
+        new = drafts[:n_acc].tolist() + [bonus]
+        new = new[: _first_stop(new, stops)]                                     # stop right after a stop token
+        out += new
+        stats.acceptance_lengths.append(len(new))
+        stats.target_forwards += 1
+        stats.verify_time += t2 - t1
+        stats.draft_time += (t1 - t0) + (time.perf_counter() - t2)
+    return out, stats

@@ -1,0 +1,129 @@
+"""Training the DFlash drafter (paper §4.2): target-generated data, random anchors, one-pass block mask.
+
+1. `generate_sequences`: the drafter must learn what the *target* will say, so its data is the
+   target's own continuations of prompts from the training split (greedy or sampled), batched with
+   the KV cache.
+2. `train_drafter`: per step, a batch of sequences goes once through the frozen target (features at
+   `target_layer_ids` for every position); K random anchors per sequence are drawn afresh; all K
+   blocks [x_a, MASK, ...] go through the drafter in ONE forward with `training_mask`; the loss is
+   cross-entropy of slots 1..B-1 against x_{a+1..a+B-1}, weighted by exp(-(k-1)/gamma).
+3. `evaluate_drafter`: per-slot accuracy on held-out sequences, and τ of real speculative decoding.
+"""
+
+import time
+
+import torch
+
+from .drafter import loss_decay_weights
+from .sampling import probs_from_logits, sample
+from .speculative import speculative_generate
+from .train import Progress, lr_at, make_optimizer
+
+
+@torch.no_grad()
+def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0, top_k=None,
+                       batch_size=64, seed=0, log=print):
+    """(n_seqs, prompt_len + gen_len) LongTensor: random prompts from `ids`, continued by the target."""
+    g = torch.Generator().manual_seed(seed)
+    device = next(target.parameters()).device
+    out, t0 = [], time.perf_counter()
+    for b0 in range(0, n_seqs, batch_size):
+        n = min(batch_size, n_seqs - b0)
+        starts = torch.randint(0, ids.numel() - prompt_len, (n,), generator=g)
+        seq = torch.stack([ids[s: s + prompt_len] for s in starts]).to(device)     # (n, prompt_len)
+        cache = target.new_cache(n, prompt_len + gen_len)
+        logits, _ = target(seq, cache)
+        for _ in range(gen_len):
+            probs = probs_from_logits(logits[:, -1].cpu(), temperature, top_k)      # (n, V)
+            nxt = probs.argmax(-1) if temperature == 0 else sample(probs, g)       # (n,)
+            seq = torch.cat([seq, nxt[:, None].to(device)], dim=1)
+            if seq.size(1) < prompt_len + gen_len:
+                logits, _ = target(nxt[:, None].to(device), cache)
+        out.append(seq.cpu())
+        done = b0 + n
+        log(f"[data] {done}/{n_seqs} sequences | {done * gen_len / (time.perf_counter() - t0):.0f} generated tok/s")
+    return torch.cat(out)
+
+
+def sample_anchors(n_seqs, n_anchors, seq_len, block_size, min_anchor=0, generator=None):
+    """(n_seqs, n_anchors) anchor positions, uniform in [min_anchor, seq_len - block_size] (repeats allowed)."""
+    hi = seq_len - block_size
+    if hi < min_anchor:
+        raise ValueError(f"sequences of {seq_len} tokens are too short for blocks of {block_size} after position {min_anchor}")
+    return torch.randint(min_anchor, hi + 1, (n_seqs, n_anchors), generator=generator)
+
+
+@torch.no_grad()
+def target_features(target, seqs, layer_ids):
+    _, feats = target(seqs, layer_ids=layer_ids)
+    return feats                                                             # (N, S, n_feat*D)
+
+
+def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
+                  seed=0, log_every=20, eval_fn=None, eval_every=None):
+    """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict."""
+    target, c = drafter.target, drafter.config
+    device = next(drafter.parameters()).device
+    target.requires_grad_(False)
+    g = torch.Generator().manual_seed(seed)
+    weights = loss_decay_weights(c.block_size, gamma).to(device)
+    opt = make_optimizer(drafter.parameters(), lr)
+    progress = Progress("drafter", steps, log_every)
+    history = {"step": [], "loss": [], "eval": []}
+    drafter.train()
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, lr)
+        rows = torch.randint(0, seqs.size(0), (batch_size,), generator=g)
+        x = seqs[rows].to(device)                                              # (N, S)
+        feats = target_features(target, x, c.target_layer_ids)                 # one frozen target pass
+        anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
+        loss, _, _ = drafter.loss(feats, x, anchors, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
+        opt.step()
+        history["step"].append(step + 1)
+        history["loss"].append(loss.item())
+        extra = ""
+        if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
+            drafter.eval()
+            result = eval_fn(drafter)
+            drafter.train()
+            history["eval"].append({"step": step + 1, **result})
+            extra = " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
+        progress.step(step, loss.item(), lr_at(step, steps, lr), batch_size * n_anchors * c.block_size, extra)
+    drafter.eval()
+    return history
+
+
+@torch.no_grad()
+def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=16):
+    """Per-slot accuracy (slots 1..B-1) and the expected acceptance length, on held-out sequences.
+
+    Expected τ counts, per block, 1 + the number of leading slots that are all correct.
+    """
+    g = torch.Generator().manual_seed(seed)
+    c, device = drafter.config, next(drafter.parameters()).device
+    weights = loss_decay_weights(c.block_size).to(device)
+    correct, prefix, blocks = torch.zeros(c.block_size - 1), 0.0, 0
+    for b0 in range(0, seqs.size(0), batch_size):
+        x = seqs[b0: b0 + batch_size].to(device)
+        feats = target_features(drafter.target, x, c.target_layer_ids)
+        anchors = sample_anchors(x.size(0), n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
+        _, logits, labels = drafter.loss(feats, x, anchors, weights)
+        hit = (logits.argmax(-1) == labels)[..., 1:].float().cpu()             # (N, K, B-1)
+        correct += hit.sum((0, 1))
+        prefix += hit.cumprod(-1).sum().item()
+        blocks += hit.shape[0] * hit.shape[1]
+    return {"slot_acc": (correct / blocks).tolist(), "expected_tau": 1 + prefix / blocks}
+
+
+def measure_tau(drafter, prompts, max_new_tokens, block_size=None, **kw):
+    """τ of real greedy speculative decoding over `prompts`: total emitted tokens / total steps."""
+    emitted, steps = 0, 0
+    for p in prompts:
+        _, st = speculative_generate(drafter.target, drafter, p, max_new_tokens, block_size=block_size, **kw)
+        emitted += sum(st.acceptance_lengths)
+        steps += len(st.acceptance_lengths)
+    return emitted / max(steps, 1)

@@ -1,0 +1,210 @@
+"""Train everything DFlash needs, end to end, on a CPU: tokenizer -> target -> generated data -> drafter.
+
+    python train_tiny.py                 # the default run (~10 minutes on 2 CPU cores), writes out/
+    python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute
+    python train_tiny.py --data input.txt --out out_shakespeare
+
+Each stage writes its checkpoint atomically and is skipped when that checkpoint already exists, so an
+interrupted run resumes where it stopped (`--fresh` starts over). At the end it prints a summary:
+losses, τ at block sizes 4/8/16 on validation prompts, and the speedup of speculative over plain
+greedy decoding measured side by side.
+"""
+
+import argparse
+import os
+import time
+
+import torch
+
+from nanodflash import checkpoint as ckpt
+from nanodflash.data import check_enough, load_corpus, split_train_val
+from nanodflash.drafter import Drafter, DrafterConfig
+from nanodflash.gpt import GPT, GPTConfig
+from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
+from nanodflash.train import train_target
+from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
+
+# ----------------------------------------------------------------------------- defaults
+OUT = "out"
+VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
+# target
+N_LAYER, N_EMBD, N_HEAD = 6, 192, 4
+SEQ_LEN = 128            # training window of the target
+TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
+# target-generated data for the drafter
+N_SEQS, PROMPT_LEN, GEN_LEN = 1536, 16, 96
+GEN_TEMPERATURE = 0.0    # 0 = greedy continuations; >0 samples them (for --temperature users)
+# drafter
+DRAFT_LAYERS, DRAFT_TARGET_LAYERS, BLOCK_SIZE = 1, 2, 16
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 600, 8, 32, 3e-3
+# summary
+EVAL_PROMPTS, EVAL_NEW_TOKENS = 16, 96
+SEED = 1337
+
+SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
+             n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4,
+             block_size=8, eval_prompts=3, eval_new_tokens=24)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--out", default=OUT, help="output folder for tokenizer, checkpoints and data (default: %(default)s)")
+    a("--data", default=None, help="UTF-8 text file to train on (default: Python's bundled docs, pydoc_data)")
+    a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
+    a("--fresh", action="store_true", help="delete existing checkpoints in --out and start over")
+    a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    a("--seed", type=int, default=SEED, help="random seed (default: %(default)s)")
+    a("--vocab_size", type=int, default=VOCAB_SIZE, help="BPE vocabulary size incl. 2 special tokens")
+    a("--n_layer", type=int, default=N_LAYER, help="target depth")
+    a("--n_embd", type=int, default=N_EMBD, help="target width (the drafter shares it)")
+    a("--n_head", type=int, default=N_HEAD, help="attention heads (target and drafter)")
+    a("--seq_len", type=int, default=SEQ_LEN, help="target training window in tokens")
+    a("--target_steps", type=int, default=TARGET_STEPS, help="target optimisation steps")
+    a("--target_batch", type=int, default=TARGET_BATCH, help="target batch size (sequences)")
+    a("--target_lr", type=float, default=TARGET_LR, help="target peak learning rate")
+    a("--n_seqs", type=int, default=N_SEQS, help="number of target-generated sequences for the drafter")
+    a("--prompt_len", type=int, default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
+    a("--gen_len", type=int, default=GEN_LEN, help="tokens the target generates per sequence")
+    a("--gen_temperature", type=float, default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
+    a("--draft_layers", type=int, default=DRAFT_LAYERS, help="drafter depth")
+    a("--draft_target_layers", type=int, default=DRAFT_TARGET_LAYERS, help="how many target layers feed the drafter")
+    a("--block_size", type=int, default=BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
+    a("--draft_steps", type=int, default=DRAFT_STEPS, help="drafter optimisation steps")
+    a("--draft_batch", type=int, default=DRAFT_BATCH, help="sequences per drafter step")
+    a("--draft_anchors", type=int, default=DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
+    a("--draft_lr", type=float, default=DRAFT_LR, help="drafter peak learning rate")
+    a("--gamma", type=float, default=None, help="loss decay gamma (default: 7 for B=16, 5 for B=10, 4 for B=8)")
+    a("--eval_prompts", type=int, default=EVAL_PROMPTS, help="validation prompts for the summary")
+    a("--eval_new_tokens", type=int, default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
+    args = p.parse_args(argv)
+    if args.smoke:
+        for k, v in SMOKE.items():
+            if getattr(args, k) == p.get_default(k):
+                setattr(args, k, v)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    return args
+
+
+def val_prompts(val_ids, n, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, val_ids.numel() - length, (n,), generator=g)
+    return [val_ids[s: s + length].tolist() for s in starts]
+
+
+def side_by_side(target, drafter, prompts, new_tokens, block_size):
+    """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality."""
+    t_plain = t_spec = 0.0
+    for p in prompts:
+        t0 = time.perf_counter()
+        ref = generate(target, p, new_tokens)
+        t1 = time.perf_counter()
+        out, _ = speculative_generate(target, drafter, p, new_tokens, block_size=block_size)
+        t2 = time.perf_counter()
+        if out != ref:
+            raise AssertionError("speculative greedy output differs from plain greedy decoding")
+        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
+    return t_plain, t_spec
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    path = {k: os.path.join(args.out, f) for k, f in
+            dict(tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER).items()}
+    if args.fresh:
+        for f in path.values():
+            if os.path.exists(f):
+                os.remove(f)
+    t_start = time.perf_counter()
+    text = load_corpus(args.data)
+
+    # 1. tokenizer
+    if os.path.exists(path["tok"]):
+        print(f"[tokenizer] found {path['tok']}, skipping")
+        tok = load_tokenizer(path["tok"])
+    else:
+        t0 = time.perf_counter()
+        tok = train_tokenizer(text, args.vocab_size, path["tok"])
+        print(f"[tokenizer] {tok.n_vocab} tokens trained in {time.perf_counter() - t0:.1f}s -> {path['tok']}")
+    ids = torch.tensor(tok.encode_ordinary(text), dtype=torch.long)
+    train_ids, val_ids = split_train_val(ids)
+    check_enough(train_ids, args.seq_len, "train")
+    check_enough(val_ids, args.seq_len, "validation")
+    print(f"[data] corpus {len(text):,} chars -> {ids.numel():,} tokens ({train_ids.numel():,} train, {val_ids.numel():,} val)")
+    _, mask_id = special_ids(tok)
+
+    # 2. target
+    if os.path.exists(path["target"]):
+        print(f"[target] found {path['target']}, skipping")
+        target, ck = ckpt.load_target(path["target"], args.device)
+        target_hist = ck["history"]
+    else:
+        cfg = GPTConfig(vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head, n_kv_head=args.n_head,
+                        n_embd=args.n_embd, mlp_hidden=3 * args.n_embd, max_seq_len=max(512, args.seq_len))
+        target = GPT(cfg).to(args.device)
+        print(f"[target] {sum(p.numel() for p in target.parameters()) / 1e6:.2f}M parameters: {cfg}")
+        target_hist = train_target(target, train_ids, val_ids, args.target_steps, args.target_batch, args.seq_len,
+                                   args.target_lr, eval_every=max(1, args.target_steps // 5), seed=args.seed)
+        ckpt.save_target(path["target"], target, path["tok"], target_hist)
+    target.eval()
+
+    # 3. target-generated data (train: prompts from the train split; held-out: from the val split)
+    if os.path.exists(path["data"]):
+        print(f"[data] found {path['data']}, skipping")
+        data = ckpt.read(path["data"], "generated data")
+    else:
+        t0 = time.perf_counter()
+        kw = dict(prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.gen_temperature)
+        data = {"train": generate_sequences(target, train_ids, args.n_seqs, seed=args.seed, **kw),
+                "val": generate_sequences(target, val_ids, max(4, args.n_seqs // 16), seed=args.seed + 1, **kw),
+                "prompt_len": args.prompt_len}
+        n_tok = (data["train"].numel() + data["val"].numel())
+        print(f"[data] generated {n_tok:,} tokens in {time.perf_counter() - t0:.1f}s -> {path['data']}")
+        ckpt.atomic_save(data, path["data"])
+
+    # 4. drafter
+    prompts = val_prompts(val_ids, args.eval_prompts, args.prompt_len, args.seed + 2)
+    if os.path.exists(path["drafter"]):
+        print(f"[drafter] found {path['drafter']}, skipping")
+        drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
+        draft_hist = ck["history"]
+    else:
+        dcfg = DrafterConfig.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
+                                        n_target_layers=args.draft_target_layers)
+        drafter = Drafter(dcfg, target).to(args.device)
+        print(f"[drafter] {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters: {dcfg}")
+        min_anchor = data["prompt_len"] - 1           # blocks predict target-generated tokens only
+
+        def eval_fn(d):
+            acc = slot_accuracy(d, data["val"], min_anchor=min_anchor)
+            return {"expected_tau": acc["expected_tau"], "tau": measure_tau(d, prompts[:4], args.eval_new_tokens)}
+        draft_hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
+                                   args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
+                                   eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4))
+        ckpt.save_drafter(path["drafter"], drafter, draft_hist)
+
+    # 5. summary
+    print("\n=== summary ===")
+    if target_hist.get("val_loss"):
+        print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
+    if draft_hist.get("loss"):
+        print(f"drafter: loss {draft_hist['loss'][0]:.3f} -> {sum(draft_hist['loss'][-20:]) / len(draft_hist['loss'][-20:]):.3f}")
+    acc = slot_accuracy(drafter, data["val"], min_anchor=data["prompt_len"] - 1)
+    print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
+    for b in sorted({min(4, drafter.config.block_size), min(8, drafter.config.block_size), drafter.config.block_size}):
+        print(f"tau (greedy, {len(prompts)} val prompts, block_size={b:2d}): "
+              f"{measure_tau(drafter, prompts, args.eval_new_tokens, block_size=b):.2f}")
+    side_by_side(target, drafter, prompts[:2], args.eval_new_tokens, None)          # warm-up
+    t_plain, t_spec = side_by_side(target, drafter, prompts, args.eval_new_tokens, None)
+    print(f"greedy speculative == plain greedy on all {len(prompts)} prompts: yes")
+    print(f"speedup (block_size={drafter.config.block_size}): plain {t_plain:.2f}s vs dflash {t_spec:.2f}s "
+          f"-> {t_plain / t_spec:.2f}x")
+    print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
+
+
+if __name__ == "__main__":
+    main()
