@@ -1,0 +1,172 @@
+"""Sample with DFlash and see which tokens the drafter got right; compare with plain decoding.
+
+    python sample.py                                   # out/, a validation prompt, greedy
+    python sample.py --prompt "The for statement" --temperature 0.8 --verifier rejection
+    python sample.py --out out_smoke --no-color
+
+Every draft/verify step emits the drafter's accepted tokens, then one token from the target (the
+"bonus": the target's own choice at the first disagreement, or after the last draft). The first
+generated token comes from the target's prefill. The continuation is printed with that origin shown:
+in colour on a terminal, else with bracket markers, [accepted draft tokens] {target token}.
+Then τ, the acceptance-length histogram, and tokens/s of DFlash vs plain decoding on the same
+prompt in this process. At temperature 0 the two outputs must be token-identical: the script says so,
+and exits with status 1 if they ever differ. Bad checkpoints or flags also exit 1 with a message.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+import nanodflash
+from nanodflash.bench import val_prompts
+from nanodflash.speculative import VERIFIERS, generate, speculative_generate
+from nanodflash.tokenizer import ENDOFTEXT
+
+# -----------------------------------------------------------------------------
+OUT = "out"              # folder written by `train_tiny.py --out`
+PROMPT = None            # text to continue; None = a prompt from the corpus' validation split (picked by SEED)
+PROMPT_LEN = 24          # tokens in a validation prompt (prompt + new tokens fit the target's 128-token training window)
+MAX_NEW_TOKENS = 100     # tokens to generate
+BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = the drafter's own
+TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
+TOP_K = None             # keep only the k most likely tokens (T > 0)
+TOP_P = None             # nucleus sampling (T > 0)
+VERIFIER = "match"       # T > 0: "match" (official DFlash) or "rejection" (Leviathan et al.)
+SEED = 1337
+DEVICE = "cpu"
+REPEATS = 3              # timed runs per method, after one warm-up each; the median is reported
+STYLE = {"prompt": "\033[2m", "draft": "\033[32m", "target": "\033[35m"}   # dim, green, magenta
+MARK = {"prompt": ("", ""), "draft": ("[", "]"), "target": ("{", "}")}
+RESET = "\033[0m"
+# -----------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--out", default=OUT, help="folder written by train_tiny.py --out (default: %(default)s)")
+    a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
+    a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data (default: embedded)")
+    a("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
+    a("--block_size", type=int, default=BLOCK_SIZE, help="draft block size B, at most the drafter's (default: the drafter's)")
+    a("--temperature", type=float, default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
+    a("--top_k", type=int, default=TOP_K, help="top-k filtering for T > 0 (default: off)")
+    a("--top_p", type=float, default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
+    a("--verifier", default=VERIFIER, choices=VERIFIERS, help="T > 0 acceptance rule (default: %(default)s)")
+    a("--seed", type=int, default=SEED, help="picks the validation prompt and seeds sampling (default: %(default)s)")
+    a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")
+    a("--no-color", action="store_true", help="bracket markers instead of ANSI colours (automatic when not a terminal)")
+    args = p.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    return args
+
+
+def origins(n_tokens, acceptance_lengths):
+    """Per generated token: "target" (prefill or bonus) or "draft" (accepted draft). No stop tokens assumed.
+
+    >>> origins(5, [3, 1])                     # prefill, then step 1: 2 drafts + bonus, step 2: bonus only
+    ['target', 'draft', 'draft', 'target', 'target']
+    """
+    out = ["target"]
+    for n in acceptance_lengths:
+        out += ["draft"] * (n - 1) + ["target"]
+    if len(out) != n_tokens:
+        raise AssertionError(f"acceptance lengths account for {len(out)} tokens, but {n_tokens} were generated")
+    return out
+
+
+def render(tok, prompt_ids, tokens, kinds, color):
+    """The prompt and the continuation, each run of same-origin tokens styled (colour) or bracketed.
+
+    Runs are decoded separately, so a multi-byte character split across two runs shows as U+FFFD.
+    """
+    ids, kinds = prompt_ids + tokens, ["prompt"] * len(prompt_ids) + kinds
+    runs, start = [], 0
+    for i in range(1, len(ids) + 1):                    # a target token is a run of its own (one per step)
+        if i == len(ids) or kinds[i] != kinds[i - 1] or kinds[i] == "target":
+            runs.append((kinds[start], tok.decode_bytes(ids[start:i]).decode("utf-8", errors="replace")))
+            start = i
+    if color:
+        return "".join(f"{STYLE[k]}{s}{RESET}" for k, s in runs)
+    return "".join(f"{MARK[k][0]}{s}{MARK[k][1]}" for k, s in runs)
+
+
+def histogram(acceptance_lengths, width=40):
+    counts = {n: acceptance_lengths.count(n) for n in range(1, max(acceptance_lengths, default=1) + 1)}
+    top = max(counts.values()) or 1
+    return "\n".join(f"  {n:3d} | {'#' * round(width * c / top):<{width}} {c}" for n, c in counts.items())
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    color = sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
+    kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
+    try:
+        tok, target, drafter = nanodflash.load(args.out, args.device)
+        if args.prompt is None:
+            prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, args.data)[0]
+        else:
+            prompt_ids = tok.encode(args.prompt, allowed_special={ENDOFTEXT}, disallowed_special=())
+        tokens, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens,
+                                             generator=torch.Generator().manual_seed(args.seed), **spec_kw)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+    B = args.block_size or drafter.config.block_size
+    n_params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
+    print(f"nanodflash sample: {args.out} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
+          f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
+          + f" | {args.device}")
+    legend = [("prompt", "prompt"), ("draft", "accepted draft tokens"), ("target", "target tokens (prefill / bonus)")]
+    print("legend: " + "  ".join(f"{STYLE[k]}{s}{RESET}" if color else f"{MARK[k][0]}{s}{MARK[k][1]}"
+                                 for k, s in legend))
+    print("-" * 80)
+    print(render(tok, prompt_ids, tokens, origins(len(tokens), stats.acceptance_lengths), color))
+    print("-" * 80)
+    steps = len(stats.acceptance_lengths)
+    print(f"DFlash: {len(tokens)} tokens = 1 from the prefill + {steps} draft/verify steps; "
+          f"τ (mean acceptance length) = {stats.tau:.2f}")
+    print(f"target forward passes: {stats.target_forwards} (plain decoding: {len(tokens)})")
+    print("acceptance length histogram (tokens emitted per step, bonus included):")
+    print(histogram(stats.acceptance_lengths))
+
+    # speed: same prompt, same process; one warm-up of each, then REPEATS interleaved timed runs
+    ref = generate(target, prompt_ids, args.max_new_tokens, generator=torch.Generator().manual_seed(args.seed), **kw)
+    rates, same = {"plain": [], "dflash": []}, [ref == tokens]
+    for r in range(REPEATS):
+        gen = lambda: torch.Generator().manual_seed(args.seed + 1 + r)
+        out, dt = timed(lambda: generate(target, prompt_ids, args.max_new_tokens, generator=gen(), **kw))
+        rates["plain"].append(len(out) / dt)
+        spec, dt = timed(lambda: speculative_generate(target, drafter, prompt_ids, args.max_new_tokens,
+                                                      generator=gen(), **spec_kw)[0])
+        rates["dflash"].append(len(spec) / dt)
+        same.append(out == spec)
+    plain, spec = statistics.median(rates["plain"]), statistics.median(rates["dflash"])
+    print(f"speed (median of {REPEATS} interleaved runs each, after a warm-up; same prompt, same process):")
+    print(f"  plain decoding  {plain:8.1f} tok/s")
+    print(f"  DFlash          {spec:8.1f} tok/s   {spec / plain:.2f}x")
+    if args.temperature > 0:
+        print("T > 0: the outputs are samples; lossless means the same distribution (checked by the tests), "
+              "not the same tokens")
+    elif all(same):
+        print(f"greedy self-check: DFlash output is token-identical to plain greedy decoding "
+              f"({len(tokens)} tokens, {len(same)} runs): PASS")
+    else:
+        sys.exit(f"greedy self-check FAILED: DFlash output differs from plain greedy decoding in "
+                 f"{same.count(False)} of {len(same)} runs; the lossless guarantee is broken")
+
+
+if __name__ == "__main__":
+    main()

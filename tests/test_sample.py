@@ -1,0 +1,112 @@
+"""sample.py: runs end to end on smoke checkpoints, passes its greedy self-check, shows token origins
+faithfully, and fails with a clear message (exit status 1, no traceback) on bad checkpoints or flags."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import sample  # noqa: E402
+import train_tiny  # noqa: E402
+from nanodflash.tokenizer import load_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smoke_out(tmp_path_factory):
+    """Checkpoints from `train_tiny.py --smoke`, shared by the test files of this session."""
+    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
+    if not (out / "drafter.pt").exists():
+        train_tiny.main(["--smoke", "--out", str(out)])
+    return out
+
+
+def run_sample(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def exit_message(argv, capsys):
+    """Run sample.main in-process; return the message it exits with (it must exit, not raise)."""
+    with pytest.raises(SystemExit) as e:
+        sample.main(argv)
+    code = e.value.code
+    return code if isinstance(code, str) else f"exit status {code}: {capsys.readouterr().err}"
+
+
+def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
+    r = run_sample("--out", smoke_out, "--max_new_tokens", 30)
+    assert r.returncode == 0, f"sample.py failed (status {r.returncode}):\n{r.stderr}"
+    assert re.search(r"greedy self-check: .*token-identical.*: PASS", r.stdout), \
+        f"the greedy self-check line is missing:\n{r.stdout}"
+    assert "τ (mean acceptance length)" in r.stdout and "tok/s" in r.stdout, f"τ or speed missing:\n{r.stdout}"
+    assert "\033[" not in r.stdout, "ANSI colour codes were written to a pipe (not a terminal)"
+    assert "legend: prompt  [accepted draft tokens]  {target tokens" in r.stdout, "the marker legend is missing"
+
+
+def test_sample_runs_sampled_mode_with_the_rejection_verifier(smoke_out):
+    r = run_sample("--out", smoke_out, "--max_new_tokens", 20, "--temperature", 1, "--verifier", "rejection",
+                   "--top_k", 50, "--prompt", "The for statement")
+    assert r.returncode == 0, f"sample.py at T=1 failed:\n{r.stderr}"
+    assert "self-check" not in r.stdout, "a token-by-token check makes no sense at T>0 and must not run"
+
+
+def test_origins_split_each_step_into_accepted_drafts_then_one_target_token():
+    assert sample.origins(1, []) == ["target"], "the prefill token comes from the target"
+    assert sample.origins(6, [1, 4]) == ["target", "target", "draft", "draft", "draft", "target"], \
+        "a step of acceptance length n is n-1 accepted drafts then the bonus"
+    with pytest.raises(AssertionError):
+        sample.origins(5, [1, 1])                         # lengths that do not add up are a bug, not a display
+
+
+def test_render_marks_runs_by_origin_and_loses_no_text(smoke_out):
+    tok = load_tokenizer(str(smoke_out / "tokenizer.bpe"))
+    prompt, gen = tok.encode_ordinary("def f"), tok.encode_ordinary("(x): return x")
+    kinds = sample.origins(len(gen), [len(gen) - 1])      # prefill token, then one step
+    plain = sample.render(tok, prompt, gen, kinds, color=False)
+    first = tok.decode(gen[:1])
+    drafts, bonus = tok.decode(gen[1:-1]), tok.decode(gen[-1:])
+    expected = f"def f{{{first}}}" + (f"[{drafts}]" if drafts else "") + f"{{{bonus}}}"
+    assert plain == expected, f"bracket markers wrong: {plain!r} != {expected!r}"
+    colored = sample.render(tok, prompt, gen, kinds, color=True)
+    assert re.sub(r"\033\[[0-9;]*m", "", colored) == "def f(x): return x", "colour mode changed the text"
+
+
+def test_sample_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path):
+    r = run_sample("--out", tmp_path / "nothing_here")
+    assert r.returncode == 1, f"expected exit status 1, got {r.returncode}"
+    assert "not found" in r.stderr and "train_tiny.py" in r.stderr, f"message does not say what to do:\n{r.stderr}"
+    assert "Traceback" not in r.stderr, f"a stack trace instead of a message:\n{r.stderr}"
+
+
+def test_sample_refuses_a_drafter_trained_for_another_target(smoke_out, tmp_path, capsys):
+    other = tmp_path / "other"
+    shutil.copytree(smoke_out, other)
+    ck = torch.load(other / "target.pt", weights_only=False)
+    ck["model"]["lm_head.weight"] += 0.01                  # a different target, same shapes
+    torch.save(ck, other / "target.pt")
+    msg = exit_message(["--out", str(other)], capsys)
+    assert msg.startswith("error:") and "trained against target" in msg, f"unclear message: {msg}"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--block_size", "99"], "block_size must be an integer in [1, "),
+    (["--temperature", "-1"], "temperature must be >= 0"),
+    (["--max_new_tokens", "100000"], "exceeds the target's max_seq_len"),
+    (["--prompt", ""], "the prompt is empty"),
+])
+def test_sample_rejects_bad_flags_with_the_library_message(smoke_out, capsys, flags, says):
+    msg = exit_message(["--out", str(smoke_out), *flags], capsys)
+    assert msg.startswith("error:") and says in msg, f"{flags}: expected a message containing {says!r}, got {msg!r}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_sample_device_cuda_without_cuda_is_a_clear_error(smoke_out, capsys):
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--out", str(smoke_out), "--device", "cuda"])
+    assert e.value.code != 0 and "CUDA is not available" in capsys.readouterr().err, "no clear CUDA message"
