@@ -27,6 +27,8 @@ class SpecStats:
     draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
     verify_time: float = 0.0                                # seconds in the target (verify forwards)
     prefill_time: float = 0.0
+    target_cache: object = field(default=None, repr=False)  # the caches as the run left them (for inspection)
+    draft_cache: object = field(default=None, repr=False)
 
     @property
     def tau(self):
@@ -103,9 +105,12 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     if verifier not in VERIFIERS and not callable(verifier):
         raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
     greedy, ids = temperature == 0, drafter.config.target_layer_ids
-    choose = _chooser(temperature, top_k, top_p, verifier == "rejection" and not greedy, generator)
-    stats, t0 = SpecStats(target_forwards=1), time.perf_counter()
+    # drafts are the drafter's argmax, except for rejection sampling (a custom verifier callable may
+    # ask for sampled drafts with an attribute `samples_drafts = True`)
+    sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and not greedy
+    choose = _chooser(temperature, top_k, top_p, sample_drafts, generator)
     cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
+    stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
     logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features
     drafter.extend(dcache, feats, prompt)                                        # context = the whole prompt
     p_last = probs_from_logits(logits[0, -1].cpu(), temperature, top_k, top_p)

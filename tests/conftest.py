@@ -1,0 +1,74 @@
+"""Tiny seeded models shared by the tests. float64 everywhere, so that batched and one-token
+forwards agree to ~1e-15 and greedy ties cannot flip an argmax by accident."""
+
+import types
+
+import pytest
+import torch
+
+from nanodflash.drafter import Drafter, DrafterConfig
+from nanodflash.gpt import GPT, GPTConfig
+from nanodflash.speculative import generate
+
+# The test models are tiny: one thread avoids thread-pool overhead that dominates (and contends) on 2 cores.
+torch.set_num_threads(1)
+
+VOCAB, MASK_ID = 64, 63
+
+
+def tiny_target(seed=0, vocab=VOCAB, n_layer=3, n_embd=32, n_head=4, n_kv_head=2, head_scale=1.0, max_seq_len=128):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd,
+                    mlp_hidden=2 * n_embd, max_seq_len=max_seq_len)
+    target = GPT(cfg).double().eval()
+    with torch.no_grad():
+        target.lm_head.weight.mul_(head_scale)       # >1 makes the target's distributions peaked, not uniform
+    return target
+
+
+def tiny_drafter(target, seed=1, block_size=16, n_layer=1, mask_id=None):
+    torch.manual_seed(seed)
+    mask_id = target.config.vocab_size - 1 if mask_id is None else mask_id
+    cfg = DrafterConfig.for_target(target.config, mask_id, n_layer=n_layer, block_size=block_size,
+                                   n_target_layers=min(2, target.config.n_layer))
+    return Drafter(cfg, target).double().eval()
+
+
+class OracleDrafter:
+    """A test double that drafts the target's own greedy continuation, then (optionally) breaks it.
+
+    `n_right(rng, n)` says how many leading drafts of a block are correct (default: all of them);
+    the rest are replaced by a wrong token. It sees token ids, never features -- the loop must not care.
+    """
+
+    def __init__(self, target, block_size, n_right=None, seed=0):
+        self.target, self.n_right = target, n_right
+        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0], mask_token_id=MASK_ID)
+        self.rng = torch.Generator().manual_seed(seed)
+        self.calls = 0
+
+    def new_cache(self, max_len):
+        return []
+
+    def extend(self, cache, features, tokens):
+        cache.extend(tokens[0].tolist())
+
+    def draft(self, cache, anchor, n_draft, choose):
+        self.calls += 1
+        if n_draft == 0:
+            return choose(torch.zeros(0, self.target.config.vocab_size, dtype=torch.float64))
+        right = generate(self.target, cache + [anchor], n_draft)
+        k = n_draft if self.n_right is None else self.n_right(self.rng, n_draft)
+        tokens = right[:k] + [(t + 1) % self.target.config.vocab_size for t in right[k:]]
+        logits = torch.nn.functional.one_hot(torch.tensor(tokens), self.target.config.vocab_size).double() * 30.0
+        return choose(logits)
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_target()
+
+
+@pytest.fixture(scope="session")
+def drafter(target):
+    return tiny_drafter(target)
