@@ -32,7 +32,7 @@ class Progress:
 
     def step(self, step, loss, lr, tokens, extra=""):
         self.tokens += tokens
-        if step % self.every and step != self.total - 1:
+        if step % self.every and step != self.total - 1 and not extra:
             return
         dt = time.perf_counter() - self.t0
         eta = dt / (step + 1) * (self.total - step - 1)
