@@ -206,5 +206,18 @@ def main(argv=None):
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
 
 
+def cli(argv=None):
+    """main() with clear one-line errors instead of stack traces, and a resume hint on Ctrl-C."""
+    import sys
+    try:
+        main(argv)
+    except KeyboardInterrupt:
+        print("\ninterrupted: completed stages are saved; rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -1,0 +1,150 @@
+"""Bad input gets a clear error that names the problem; interrupted training resumes; nothing half-written."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import nanodflash
+import train_tiny
+from conftest import tiny_drafter
+from nanodflash.speculative import generate, speculative_generate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    train_tiny.main(["--smoke", "--out", str(out)])
+    return out
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(prompt_ids=[]), "prompt is empty"),
+    (dict(prompt_ids=list(range(60)) * 3), "exceeds the target's max_seq_len"),
+    (dict(max_new_tokens=126), "exceeds the target's max_seq_len"),
+    (dict(max_new_tokens=0), "max_new_tokens must be a positive integer"),
+    (dict(max_new_tokens=-3), "max_new_tokens must be a positive integer"),
+    (dict(block_size=0), "block_size must be an integer in"),
+    (dict(block_size=17), "block_size must be an integer in"),
+    (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(temperature=1.0, top_p=0.0), "top_p must be in"),
+    (dict(temperature=1.0, top_p=1.5), "top_p must be in"),
+    (dict(temperature=1.0, top_k=0), "top_k must be a positive integer"),
+    (dict(verifier="typical"), "unknown verifier"),
+    (dict(prompt_ids=[1, 2, 999]), "outside the target's vocabulary"),
+])
+def test_bad_generation_arguments_raise_value_error_naming_the_problem(target, drafter, kwargs, message):
+    args = dict(prompt_ids=[1, 2, 3], max_new_tokens=10)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        speculative_generate(target, drafter, **args)
+    if "block_size" not in kwargs and "verifier" not in kwargs:
+        with pytest.raises(ValueError, match=message):
+            generate(target, args["prompt_ids"], args["max_new_tokens"], **{k: v for k, v in kwargs.items()
+                                                                            if k in ("temperature", "top_k", "top_p")})
+
+
+def test_prompt_plus_new_tokens_exactly_filling_the_window_is_allowed(target, drafter):
+    window = target.config.max_seq_len
+    out, _ = speculative_generate(target, drafter, [1] * (window - 5), 5)
+    assert len(out) == 5, "a request that exactly fills max_seq_len must succeed"
+
+
+def test_missing_checkpoint_folder_names_the_path_and_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_tiny.py"):
+        nanodflash.load(str(tmp_path / "nowhere"))
+
+
+def test_truncated_checkpoint_is_reported_as_corrupt(smoke_out, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(smoke_out, bad)
+    data = (bad / "drafter.pt").read_bytes()
+    (bad / "drafter.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="corrupt or truncated"):
+        nanodflash.load(str(bad))
+
+
+def test_drafter_trained_against_another_target_is_refused(smoke_out, tmp_path):
+    other = tmp_path / "other"
+    train_tiny.main(["--smoke", "--out", str(other), "--seed", "7"])
+    shutil.copy(other / "drafter.pt", smoke_out / "drafter_other.pt")
+    mixed = tmp_path / "mixed"
+    shutil.copytree(smoke_out, mixed)
+    shutil.copy(other / "drafter.pt", mixed / "drafter.pt")
+    with pytest.raises(ValueError, match="trained against target"):
+        nanodflash.load(str(mixed))
+
+
+def test_tokenizer_not_matching_the_model_is_refused(smoke_out, tmp_path):
+    mixed = tmp_path / "vocab"
+    shutil.copytree(smoke_out, mixed)
+    from nanodflash.data import load_corpus
+    from nanodflash.tokenizer import train_tokenizer
+    train_tokenizer(load_corpus()[:20000], vocab_size=280, path=str(mixed / "tokenizer.bpe"))
+    with pytest.raises(ValueError, match="tokenizer .* has 280 tokens but the target expects"):
+        nanodflash.load(str(mixed))
+
+
+def run_train_tiny(*args, timeout=120):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train_tiny.py"), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "not found"),
+    (b"", "is empty"),
+    (b"\xff\xfe\x00bad bytes \xc3\x28", "not UTF-8"),
+    (b"tiny text " * 40, "too small|fewer than one sequence"),
+])
+def test_bad_data_file_exits_nonzero_with_a_clear_message(tmp_path, content, message):
+    path = tmp_path / "corpus.txt"
+    if content is not None:
+        path.write_bytes(content)
+    r = run_train_tiny("--smoke", "--out", str(tmp_path / "o"), "--data", str(path))
+    assert r.returncode == 1, f"expected exit 1, got {r.returncode}: {r.stderr[-500:]}"
+    assert "Traceback" not in r.stderr, "users should get a message, not a stack trace"
+    import re
+    assert re.search(message, r.stderr), f"message should say {message!r}, got: {r.stderr.strip()[-300:]}"
+
+
+def test_device_cuda_without_cuda_is_a_clear_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the error path cannot happen here")
+    r = run_train_tiny("--smoke", "--out", str(tmp_path / "o"), "--device", "cuda")
+    assert r.returncode != 0 and "CUDA is not available" in r.stderr, r.stderr[-300:]
+
+
+def test_interrupted_training_resumes_from_the_last_complete_stage(tmp_path):
+    out = tmp_path / "run"
+    train_tiny.main(["--smoke", "--out", str(out)])
+    target_before = (out / "target.pt").read_bytes()
+    os.remove(out / "drafter.pt")                                 # as if killed during the drafter stage ...
+    (out / "drafter.pt.tmp").write_bytes(b"half a checkpoint")      # ... while writing its checkpoint
+    r = run_train_tiny("--smoke", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-500:]
+    for stage in ("tokenizer", "target", "data"):
+        assert f"[{stage}] found" in r.stdout, f"the finished {stage} stage should have been skipped on resume"
+    assert "[drafter] step" in r.stdout, "the unfinished drafter stage should have been redone"
+    assert (out / "target.pt").read_bytes() == target_before, "resuming must not retrain the target"
+    nanodflash.load(str(out))                                       # everything loads
+
+
+def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
+                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        for line in proc.stdout:                                      # wait until the target is training
+            if b"[target] step" in line:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
+    r = run_train_tiny("--smoke", "--out", str(out))
+    assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"
