@@ -34,6 +34,8 @@ def notebook_env(smoke_out, tmp_path_factory):
 
     A kernelspec named python3 elsewhere on the machine (e.g. ~/.local/share/jupyter) could start a
     Python without torch; a spec written here, first on JUPYTER_PATH, wins over all of them.
+    Kernels get one OpenMP thread: these models are tiny, and when the test run shares the CPU with
+    other work, several spinning threads per process make one-token forwards ~50x slower.
     """
     jupyter_dir = tmp_path_factory.mktemp("jupyter")
     ipykernel_kernelspec.write_kernel_spec(jupyter_dir / "kernels" / "python3")   # argv[0] = sys.executable
@@ -41,6 +43,7 @@ def notebook_env(smoke_out, tmp_path_factory):
         mp.setenv("NANODFLASH_OUT", str(smoke_out))
         mp.setenv("JUPYTER_PATH", os.pathsep.join([str(jupyter_dir), os.environ.get("JUPYTER_PATH", "")]))
         mp.setenv("MPLBACKEND", "agg")
+        mp.setenv("OMP_NUM_THREADS", "1")
         yield
 
 
