@@ -35,15 +35,21 @@ TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
 # target-generated data for the drafter
 N_SEQS, PROMPT_LEN, GEN_LEN = 1536, 16, 96
 GEN_TEMPERATURE = 0.0    # 0 = greedy continuations; >0 samples them (for --temperature users)
+GEN_BATCH = 256          # sequences generated in parallel (one KV cache per batch)
 # drafter
-DRAFT_LAYERS, DRAFT_TARGET_LAYERS, BLOCK_SIZE = 1, 2, 16
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 600, 8, 32, 3e-3
+DRAFT_LAYERS, BLOCK_SIZE = 2, 16
+# target layers whose outputs feed the drafter: spread over the whole depth, last layer included
+# (the paper's rule, 1..L-3, stops at mid-depth on a 6-layer target; "" uses it)
+TARGET_LAYER_IDS = "1,3,5"
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 1000, 8, 32, 3e-3
+GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 (B=16) suits big drafters, 2 learned faster here
+DECODE_THREADS = 1       # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 # summary
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 16, 96
 SEED = 1337
 
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
-             n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4,
+             n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
              block_size=8, eval_prompts=3, eval_new_tokens=24)
 
 
@@ -69,13 +75,15 @@ def parse_args(argv=None):
     a("--gen_len", type=int, default=GEN_LEN, help="tokens the target generates per sequence")
     a("--gen_temperature", type=float, default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
     a("--draft_layers", type=int, default=DRAFT_LAYERS, help="drafter depth")
-    a("--draft_target_layers", type=int, default=DRAFT_TARGET_LAYERS, help="how many target layers feed the drafter")
+    a("--target_layer_ids", default=TARGET_LAYER_IDS,
+      help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
+    a("--gen_batch", type=int, default=GEN_BATCH, help="sequences generated in parallel for the drafter data")
     a("--block_size", type=int, default=BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
     a("--draft_steps", type=int, default=DRAFT_STEPS, help="drafter optimisation steps")
     a("--draft_batch", type=int, default=DRAFT_BATCH, help="sequences per drafter step")
     a("--draft_anchors", type=int, default=DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
     a("--draft_lr", type=float, default=DRAFT_LR, help="drafter peak learning rate")
-    a("--gamma", type=float, default=None, help="loss decay gamma (default: 7 for B=16, 5 for B=10, 4 for B=8)")
+    a("--gamma", type=float, default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) (default: %(default)s)")
     a("--eval_prompts", type=int, default=EVAL_PROMPTS, help="validation prompts for the summary")
     a("--eval_new_tokens", type=int, default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
     args = p.parse_args(argv)
@@ -86,6 +94,16 @@ def parse_args(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args
+
+
+def parse_layer_ids(text, n_layer):
+    try:
+        ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--target_layer_ids must be comma-separated integers, got {text!r}") from None
+    if not ids or min(ids) < 0 or max(ids) >= n_layer:
+        raise ValueError(f"--target_layer_ids {ids} must lie in 0..{n_layer - 1} (the target has {n_layer} layers)")
+    return ids
 
 
 def val_prompts(val_ids, n, length, seed):
@@ -158,7 +176,8 @@ def main(argv=None):
         data = ckpt.read(path["data"], "generated data")
     else:
         t0 = time.perf_counter()
-        kw = dict(prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.gen_temperature)
+        kw = dict(prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.gen_temperature,
+                  batch_size=args.gen_batch)
         data = {"train": generate_sequences(target, train_ids, args.n_seqs, seed=args.seed, **kw),
                 "val": generate_sequences(target, val_ids, max(4, args.n_seqs // 16), seed=args.seed + 1, **kw),
                 "prompt_len": args.prompt_len}
@@ -173,8 +192,9 @@ def main(argv=None):
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
         draft_hist = ck["history"]
     else:
-        dcfg = DrafterConfig.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
-                                        n_target_layers=args.draft_target_layers)
+        dcfg = DrafterConfig.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size)
+        if args.target_layer_ids:
+            dcfg.target_layer_ids = parse_layer_ids(args.target_layer_ids, target.config.n_layer)
         drafter = Drafter(dcfg, target).to(args.device)
         print(f"[drafter] {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters: {dcfg}")
         min_anchor = data["prompt_len"] - 1           # blocks predict target-generated tokens only
@@ -188,7 +208,8 @@ def main(argv=None):
         ckpt.save_drafter(path["drafter"], drafter, draft_hist)
 
     # 5. summary
-    print("\n=== summary ===")
+    torch.set_num_threads(DECODE_THREADS)
+    print(f"\n=== summary (decoding with {DECODE_THREADS} thread) ===")
     if target_hist.get("val_loss"):
         print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
     if draft_hist.get("loss"):

@@ -54,13 +54,15 @@ def sample_anchors(n_seqs, n_anchors, seq_len, block_size, min_anchor=0, generat
 
 
 @torch.no_grad()
-def target_features(target, seqs, layer_ids):
-    _, feats = target(seqs, layer_ids=layer_ids)
-    return feats                                                             # (N, S, n_feat*D)
+def target_features(target, seqs, layer_ids, batch_size=64):
+    """Features at `layer_ids` for every position of seqs (N, S) -> (N, S, n_feat*D), in batches."""
+    device = next(target.parameters()).device
+    parts = [target(seqs[i: i + batch_size].to(device), layer_ids=layer_ids)[1] for i in range(0, len(seqs), batch_size)]
+    return torch.cat(parts)
 
 
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
-                  seed=0, log_every=20, eval_fn=None, eval_every=None):
+                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30):
     """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict."""
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
@@ -70,13 +72,17 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
     opt = make_optimizer(drafter.parameters(), lr)
     progress = Progress("drafter", steps, log_every)
     history = {"step": [], "loss": [], "eval": []}
+    # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
+    # (when they fit in memory) instead of once per step.
+    n_bytes = seqs.numel() * len(c.target_layer_ids) * c.n_embd * 4
+    all_feats = target_features(target, seqs, c.target_layer_ids).cpu() if n_bytes < precompute_limit else None
     drafter.train()
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr)
         rows = torch.randint(0, seqs.size(0), (batch_size,), generator=g)
         x = seqs[rows].to(device)                                              # (N, S)
-        feats = target_features(target, x, c.target_layer_ids)                 # one frozen target pass
+        feats = all_feats[rows].to(device) if all_feats is not None else target_features(target, x, c.target_layer_ids)
         anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
         loss, _, _ = drafter.loss(feats, x, anchors, weights)
         opt.zero_grad(set_to_none=True)
