@@ -21,6 +21,7 @@ calls), and the ceiling they imply: speedup <= tau * t_plain_step / (t_draft + t
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -35,6 +36,7 @@ from .speculative import _chooser, generate, speculative_generate
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # prompt + new tokens = the drafter's training length
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
+THREADS = 1             # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 
 Method = namedtuple("Method", "name temperature run")
 
@@ -180,6 +182,9 @@ def step_costs(target, drafter, prompt, context_len=None, block_size=16, n=N_TIM
     L, choose = cache.length, _chooser(0.0, None, None, False, None)             # greedy, as in the loop
     block = torch.tensor([context[-B:]], device=device)                          # (1, B): any B tokens
 
+    def draft():
+        drafter.draft(dcache, context[-1], B - 1, choose)
+
     def verify():
         target(block, cache, layer_ids=ids)
         cache.crop(L)
@@ -187,7 +192,7 @@ def step_costs(target, drafter, prompt, context_len=None, block_size=16, n=N_TIM
     def plain():
         target(block[:, :1], cache)
         cache.crop(L)
-    return dict(block_size=B, context_len=L, draft_s=_median_time(lambda: drafter.draft(dcache, context[-1], B - 1, choose), device, n),
+    return dict(block_size=B, context_len=L, draft_s=_median_time(draft, device, n),
                 verify_s=_median_time(verify, device, n), plain_step_s=_median_time(plain, device, n))
 
 
@@ -207,10 +212,14 @@ def parse_args(argv=None):
     p.add_argument("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens generated per prompt (default: %(default)s)")
     p.add_argument("--seed", type=int, default=SEED, help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=THREADS,
+                   help="torch CPU threads (default: %(default)s, like train_tiny.py's summary)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
     if args.n_prompts < 1 or args.max_new_tokens < 2:
         p.error("need --n_prompts >= 1 and --max_new_tokens >= 2 (one token makes no draft/verify step)")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args
@@ -218,6 +227,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
@@ -228,8 +238,9 @@ def main(argv=None):
         sys.exit(1)
     wall = time.perf_counter() - t0
     costs = step_costs(target, drafter, prompts[0])
-    machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device}" + \
-              (f" ({torch.get_num_threads()} threads)" if args.device == "cpu" else f" ({torch.cuda.get_device_name()})")
+    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
+             else torch.cuda.get_device_name())
+    machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
     print(f"nanodflash.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {machine}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
