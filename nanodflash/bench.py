@@ -13,6 +13,9 @@ every method, ... with the method order rotated per prompt), after a warm-up. Re
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
 Then the cost of one draft step, one verify step and one plain decoding step (median of many timed
 calls), and the ceiling they imply: speedup <= tau * t_plain_step / (t_draft + t_verify).
+When `python -m nanodflash.baselines --out DIR` has trained the baseline drafters, greedy rows for the
+autoregressive drafter (ar k=3/7/15) and the no-feature DFlash drafter join the table, followed by the
+draft-cost curve (one draft step vs drafted tokens, DFlash vs AR; baselines.py).
 
 `run_benchmark(target, drafter, prompts, methods)` is the importable core; a method is
 `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
@@ -74,11 +77,22 @@ def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None):
     return run
 
 
-def default_methods(drafter):
-    """Plain greedy, DFlash greedy at B = 4/8/16 (capped at the drafter's B), then T=1 with each verifier."""
-    B = drafter.config.block_size
+def default_methods(drafter, baselines=None):
+    """Plain greedy, DFlash greedy at B = 4/8/16 (capped at the drafter's B), then T=1 with each verifier.
+
+    `baselines` ({"ar": ..., "nofeat": ...}, see baselines.py) adds greedy rows "ar k=3/7/15" (k drafted
+    tokens: block_size k+1 in the loop) and "dflash no-features B=...", for the drafters it holds."""
+    B, baselines = drafter.config.block_size, baselines or {}
     methods = [Method("plain greedy", 0.0, plain_method(0.0))]
     methods += [Method(f"dflash greedy B={b}", 0.0, dflash_method(b)) for b in sorted({min(b, B) for b in (4, 8, 16)})]
+    if "ar" in baselines:
+        ar = baselines["ar"]
+        methods += [Method(f"ar k={k}", 0.0, dflash_method(k + 1, drafter=ar)) for k in (3, 7, 15)
+                    if k < ar.config.block_size]
+    if "nofeat" in baselines:
+        nf = baselines["nofeat"]
+        methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
+                           dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
     methods += [Method(f"dflash T=1 {v} B={B}", 1.0, dflash_method(B, 1.0, v)) for v in ("match", "rejection")]
     return methods
@@ -230,9 +244,11 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
+        from .baselines import load_present                 # (baselines.py imports this module)
+        extra = load_present(args.out, target, args.device)  # baseline drafters, when trained
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         t0 = time.perf_counter()
-        rows = run_benchmark(target, drafter, prompts, max_new_tokens=args.max_new_tokens, seed=args.seed)
+        rows = run_benchmark(target, drafter, prompts, default_methods(drafter, extra), args.max_new_tokens, args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -262,11 +278,21 @@ def main(argv=None):
               f"verify {1e3 * best['verify_s'] / best['steps']:.3f} ms/step")
         print(f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {best['tau']:.2f} * {ms['plain_step_s']:.3f}"
               f" / ({ms['draft_s']:.3f} + {ms['verify_s']:.3f}) = {ceiling:.2f}x   (measured: {best['speedup']:.2f}x)")
+    curve = None
+    if "ar" in extra:                                      # the paper's Figure 3: flat for DFlash, linear for AR
+        from .baselines import draft_cost_curve, format_cost_curve
+        curve = draft_cost_curve(target, {"dflash": drafter, "ar": extra["ar"]}, prompts[0])
+        print("\n" + format_cost_curve(curve))
+        ar_rows = [r for r in rows if r["name"].startswith("ar ")]
+        if best is not None and ar_rows:
+            ar_best = max(ar_rows, key=lambda r: r["tokens_per_s"])
+            print(f"{best['name']} vs the best AR setting ({ar_best['name']}, tau {ar_best['tau']:.2f}): "
+                  f"{best['tokens_per_s'] / ar_best['tokens_per_s']:.2f}x the tokens/s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling, machine=machine, out=args.out,
-                           n_prompts=len(prompts), prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
-                           seed=args.seed), f, indent=2)
+            json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling, draft_cost_curve=curve, machine=machine,
+                           out=args.out, n_prompts=len(prompts), prompt_len=PROMPT_LEN,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:
         print(f"error: greedy speculative output differs from plain greedy decoding ({', '.join(bad)}): "

@@ -120,3 +120,15 @@ def test_bench_cli_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp
     with pytest.raises(SystemExit) as e:
         bench.main(["--out", str(tmp_path / "nothing")])
     assert e.value.code == 1 and "not found" in capsys.readouterr().err, "missing checkpoints: no clear error"
+
+
+def test_bench_baseline_rows_are_greedy_and_capped_at_each_drafters_block_size(setup):
+    from nanodflash.baselines import ARDrafter, NoFeatureDrafter
+    target, drafter, _, _ = setup
+    extra = {"ar": ARDrafter(drafter.config, target), "nofeat": NoFeatureDrafter(drafter.config, target)}
+    methods = bench.default_methods(drafter, extra)
+    B = drafter.config.block_size                          # 8 in smoke mode: ar k=15 does not fit
+    names = [m.name for m in methods if m.temperature == 0]
+    assert names[-3:] == ["ar k=3", "ar k=7", f"dflash no-features B={B}"], f"baseline rows: {names}"
+    assert [m.name for m in methods] == [m.name for m in bench.default_methods(drafter)][:len(names) - 3] + \
+        names[-3:] + [m.name for m in bench.default_methods(drafter) if m.temperature != 0], "default rows moved"

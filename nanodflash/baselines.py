@@ -1,0 +1,309 @@
+"""Two baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter.
+
+    python -m nanodflash.baselines --out out     # trains both next to out/drafter.pt, prints their τ
+    python -m nanodflash.bench --out out         # then gains their rows and a draft-cost curve
+
+1. `ARDrafter`: an autoregressive drafter in the EAGLE spirit -- conditioned on the same fused target
+   features, same width and depth, drafting a chain of k tokens ONE forward per token with its own small
+   KV cache (a chain, no tree). Its cost grows linearly with k; DFlash's block costs one forward.
+2. `NoFeatureDrafter`: the DFlash drafter with the target's features removed (the paper's ablation:
+   τ drops by about 40%). Its blocks attend to their own slots only.
+
+Design choice for the AR drafter. EAGLE concatenates each token's embedding with the target feature that
+predicted it and, past the verified context, feeds the drafter's *own* hidden state where no target
+feature exists; trained with teacher forcing only, that is a train/test mismatch (EAGLE-3 adds
+"training-time test" to fix it). Here the features enter exactly as in DFlash, by KV injection: every
+drafter layer sees the verified positions' fused features as extra keys/values, and the draft chain is
+ordinary causal self-attention over real tokens, [anchor, d_1, d_2, ...]:
+
+    context (verified, target features as K/V)      chain (drafted now, one forward per token)
+    pos: 0 .. start-1                               start    start+1  ...  start+k-1
+                                                    [anchor] [d_1]    ...  [d_{k-1}]  -> predicts d_1 .. d_k
+    slot j sees ALL context keys and chain slots 0..j (causal)
+
+Why: (1) teacher forcing is then *exact* -- at drafting time every input is of the kind seen in training
+(verified features, real tokens; a draft only matters if the ones before it were right, and then they
+equal the training tokens), so the baseline is not handicapped by a mismatch; (2) the two drafters share
+the architecture, parameter count, data, anchors, loss weights, optimizer and steps (`train_drafter`
+trains both); the ONLY difference is the drafting mode -- causal over real tokens, k forwards, versus
+bidirectional over MASKs, one forward. That is the variable the paper's DFlash-vs-EAGLE comparison is
+about. The AR drafter even sees strictly more (its own earlier drafts), so its τ is an upper-ish bound
+for an AR drafter of this size: the comparison is conservative for DFlash.
+
+The issue asked for `train_tiny.py --baseline`; we chose a module entry point instead (the trainer
+stays one screen of stages): it reads DIR's target, drafter and data.pt and uses train_tiny's drafter
+recipe (RECIPE below; a test checks it equals train_tiny.py's constants).
+"""
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+
+import torch
+
+from . import checkpoint as ckpt
+from .bench import _median_time
+from .drafter import Drafter, DrafterConfig, training_mask
+from .speculative import _chooser, generate
+from .train_drafter import measure_tau, slot_accuracy, train_drafter
+
+AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
+# train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
+RECIPE = dict(steps=1000, batch_size=8, n_anchors=32, lr=3e-3, gamma=2.0, seed=1337)
+SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
+AR_KS = (3, 7, 15)          # drafted tokens per step for the AR rows (block_size k+1 in the loop)
+
+
+def causal_training_mask(anchors, seq_len, n_slots):
+    """training_mask with causal attention inside each chain: slot i of a chain sees its slots 0..i only."""
+    m = training_mask(anchors, seq_len, n_slots)                                  # (N, K*n, S + K*n)
+    slot = torch.arange(anchors.size(1) * n_slots, device=anchors.device) % n_slots  # (K*n,) slot index in its chain
+    m[..., seq_len:] &= slot[None, :] <= slot[:, None]                            # same chain (above) and not later
+    return m
+
+
+class ARDrafter(Drafter):
+    """Autoregressive feature drafter: the Drafter's layers and context cache, drafting a causal chain.
+
+    `config.block_size` is the longest chain + 1 (k <= block_size - 1). `mask_token_id` is unused.
+    """
+    kind = "ar"
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """n_draft tokens, one forward each; each forward appends the chain slot's K/V past cache.length
+        (so they are dropped when the next verified positions are written: the cache keeps context only)."""
+        start, device = cache.length, cache.k.device
+        tokens, probs, token = [], [], anchor
+        for j in range(n_draft):
+            x = self.target.embed_tokens(torch.tensor([[token]], device=device))     # (1, 1, D)
+            cos, sin = self._rope(torch.tensor([start + j], device=device), x.dtype)  # (1, 1, hd)
+            for i, layer in enumerate(self.layers):      # gpt.Block: writes K/V at start+j, attends 0..start+j
+                x = layer(x, cos, sin, None, cache, i, start + j)
+            t, q = choose(self.target.lm_head(self.norm(x))[0])                        # (1, V) -> (1,), (1, V)
+            tokens.append(t)
+            probs.append(q)
+            token = int(t[0])                            # fed back: the next forward conditions on it
+        if not tokens:
+            return choose(torch.zeros(0, self.target.config.vocab_size, device=device))
+        return torch.cat(tokens), torch.cat(probs)                                     # (n,), (n, V)
+
+    def forward(self, features, input_ids, anchors):
+        """Teacher forcing, K chains per sequence in one pass -> logits (N, K, B, V) in Drafter.loss's layout:
+        index k holds the prediction of x_{a+k} (made by chain slot k-1); index 0 (the anchor) is zeros."""
+        N, S, _ = features.shape
+        K, n = anchors.size(1), self.config.block_size - 1
+        h = self.hidden_norm(self.fc(features))                                        # (N, S, D)
+        pos = anchors[:, :, None] + torch.arange(n, device=anchors.device)             # (N, K, n): x_a .. x_{a+n-1}
+        x = self.target.embed_tokens(torch.gather(input_ids, 1, pos.flatten(1)))       # (N, K*n, D)
+        cos_b, sin_b = self._rope(pos.flatten(1), x.dtype)                             # (N, 1, K*n, hd)
+        cos_c, sin_c = self._rope(torch.arange(S, device=x.device), x.dtype)           # (1, S, hd)
+        mask = causal_training_mask(anchors, S, n).unsqueeze(1)                        # (N, 1, K*n, S+K*n)
+        for layer in self.layers:
+            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
+            x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
+        logits = self.target.lm_head(self.norm(x)).view(N, K, n, -1)                  # (N, K*n, V) -> (N, K, n, V)
+        return torch.cat([torch.zeros_like(logits[:, :, :1]), logits], dim=2)         # (N, K, B, V)
+
+
+class NoFeatureDrafter(Drafter):
+    """The DFlash drafter with the target's features removed: every block attends to its own slots only.
+
+    Nothing is injected (not zeros: zero keys would still take attention mass); `fc` and `hidden_norm`
+    stay in the state dict, unused, so the layout matches the DFlash drafter's.
+    """
+    kind = "nofeat"
+
+    def extend(self, cache, features, tokens=None):
+        cache.length += features.size(1)      # positions still advance (RoPE); no context K/V is stored
+
+    def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
+        S = ctx_k.size(2)                     # drop the context keys, and their columns of the training mask
+        return super()._layer(layer, x, ctx_k[:, :, :0], ctx_v[:, :, :0], cos, sin,
+                              None if mask is None else mask[..., S:])
+
+
+KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT)}
+
+
+def save_baseline(path, drafter, history=None):
+    ckpt.atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": drafter.state_dict(),
+                      "target_fingerprint": drafter.target.fingerprint(), "history": history or {}}, path)
+
+
+def load_baseline(path, target, kind, device="cpu"):
+    """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's checks."""
+    cls = KINDS[kind][0]
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{kind} baseline checkpoint not found: {path} (run `python -m nanodflash.baselines "
+                                f"--out {os.path.dirname(path) or '.'}` first)")
+    ck = ckpt.read(path, f"{kind} baseline drafter")
+    if ck.get("kind") != kind:
+        raise ValueError(f"{path} holds a {ck.get('kind', 'DFlash')!r} drafter, not a {kind!r} baseline")
+    fp = target.fingerprint()
+    if ck["target_fingerprint"] != fp:
+        raise ValueError(f"baseline drafter {path} was trained against target {ck['target_fingerprint']}, but this "
+                         f"target is {fp}; retrain it (python -m nanodflash.baselines --out DIR --fresh)")
+    drafter = cls(DrafterConfig(**ck["config"]), target)
+    drafter.load_state_dict(ck["model"])
+    return drafter.to(device).eval(), ck
+
+
+def load_present(out_dir, target, device="cpu"):
+    """{"ar": ARDrafter, "nofeat": NoFeatureDrafter} for those whose checkpoints exist in out_dir.
+
+    A stale one (trained against another target, e.g. after `train_tiny.py --fresh`) or a corrupt one
+    is skipped with a warning on stderr: the baselines are optional extras, never a reason to fail."""
+    found = {}
+    for kind, (_, fname) in KINDS.items():
+        if os.path.exists(os.path.join(out_dir, fname)):
+            try:
+                found[kind] = load_baseline(os.path.join(out_dir, fname), target, kind, device)[0]
+            except ValueError as e:
+                print(f"warning: skipping the {kind} baseline: {e}", file=sys.stderr)
+    return found
+
+
+# ----------------------------------------------------------------------------- draft cost
+
+class DraftForwardCounter:
+    """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never does)."""
+
+    def __init__(self, drafter):
+        self.n = 0
+        self.handle = drafter.norm.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.n += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def _context(target, drafter, context):
+    """A drafter cache holding the target features of `context` (a list of ids)."""
+    ids = torch.tensor([context], device=next(target.parameters()).device)              # (1, T)
+    _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)
+    cache = drafter.new_cache(target.config.max_seq_len)
+    drafter.extend(cache, feats, ids)
+    return cache
+
+
+@torch.no_grad()
+def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
+    """The paper's Figure 3 on this machine: for n_draft = 1 .. B-1, the median seconds of ONE draft step
+    and its number of drafter forward passes, per drafter, at one context length (default prompt + 48)."""
+    device = next(target.parameters()).device
+    context_len = context_len or len(prompt) + 48
+    context = prompt + generate(target, prompt, context_len - len(prompt))
+    choose = _chooser(0.0, None, None, False, None)                                   # greedy, as in the loop
+    n_max = min(d.config.block_size for d in drafters.values()) - 1
+    curve = dict(context_len=context_len, n_draft=list(range(1, n_max + 1)), seconds={}, forwards={})
+    for name, d in drafters.items():
+        cache = _context(target, d, context)
+        curve["seconds"][name], curve["forwards"][name] = [], []
+        for k in curve["n_draft"]:
+            def step():
+                d.draft(cache, context[-1], k, choose)
+            with DraftForwardCounter(d) as c:
+                step()
+            curve["forwards"][name].append(c.n)
+            curve["seconds"][name].append(_median_time(step, device, n))
+    return curve
+
+
+def format_cost_curve(curve):
+    names = list(curve["seconds"])
+    lines = [f"draft cost: one draft step vs drafted tokens (median ms, context {curve['context_len']} tokens; "
+             "forward passes in brackets)", f"{'tokens':>8}" + "".join(f"{n:>18}" for n in names)]
+    for i, k in enumerate(curve["n_draft"]):
+        lines.append(f"{k:>8}" + "".join(f"{1e3 * curve['seconds'][n][i]:>12.3f} ({curve['forwards'][n][i]:>2})"
+                                          for n in names))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- training entry point
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=None, help="optimisation steps (default: train_tiny's drafter steps)")
+    p.add_argument("--smoke", action="store_true", help="train_tiny --smoke's drafter recipe (for smoke checkpoints)")
+    p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints exist")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--eval_prompts", type=int, default=16, help="held-out prompts for τ (default: %(default)s)")
+    args = p.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        p.error("--steps must be >= 1")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    return args
+
+
+def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print):
+    """Train (or load) both baselines with the DFlash drafter's config and `recipe`; return {kind: drafter}."""
+    models, min_anchor = {}, data["prompt_len"] - 1                   # as train_tiny: labels are target tokens
+    for kind, (cls, fname) in KINDS.items():
+        path = os.path.join(out, fname)
+        if os.path.exists(path) and not fresh:
+            log(f"[{kind}] found {path}, skipping")
+            models[kind] = load_baseline(path, target, kind, device)[0]
+            continue
+        torch.manual_seed(recipe["seed"])
+        d = cls(replace(drafter.config), target).to(device)
+        log(f"[{kind}] {cls.__name__}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M parameters, "
+            f"{recipe['steps']} steps, same recipe and data as {ckpt.DRAFTER}")
+
+        def eval_fn(m):
+            return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
+        hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"], recipe["lr"],
+                             min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"], eval_fn=eval_fn,
+                             eval_every=max(1, recipe["steps"] // 4))
+        save_baseline(path, d, hist)
+        models[kind] = d
+    return models
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    recipe = dict(SMOKE_RECIPE if args.smoke else RECIPE)
+    recipe["steps"] = args.steps or recipe["steps"]
+    try:
+        target, _ = ckpt.load_target(os.path.join(args.out, ckpt.TARGET), args.device)
+        drafter, _ = ckpt.load_drafter(os.path.join(args.out, ckpt.DRAFTER), target, args.device)
+        data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")
+        t0 = time.perf_counter()
+        models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    print(f"training: {time.perf_counter() - t0:.0f}s")
+    torch.set_num_threads(1)                                          # decoding, as train_tiny's summary
+    P, val = data["prompt_len"], data["val"]
+    prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
+    drafters = {"dflash": drafter, "dflash no-features": models["nofeat"], "ar": models["ar"]}
+    print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy) ===")
+    for name, d in drafters.items():
+        acc = slot_accuracy(d, val, min_anchor=P - 1)
+        print(f"{name:<20} expected tau {acc['expected_tau']:5.2f} | per-slot accuracy "
+              + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
+    B = drafter.config.block_size
+    rows = [(f"dflash B={B}", drafter, B), (f"dflash no-features B={B}", models["nofeat"], B)]
+    rows += [(f"ar k={k}", models["ar"], k + 1) for k in AR_KS if k < models["ar"].config.block_size]
+    print(f"\n=== tau of greedy speculative decoding, {len(prompts)} held-out prompts x {new} new tokens ===")
+    taus = {}
+    for name, d, b in rows:
+        taus[name] = measure_tau(d, prompts, new, block_size=b)
+        print(f"{name:<26} tau {taus[name]:5.2f}")
+    full, nofeat = taus[f"dflash B={B}"], taus[f"dflash no-features B={B}"]
+    print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
+          "(the paper: ~40% lower)")
+    print(f"speed side by side: python -m nanodflash.bench --out {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The baselines: an autoregressive feature drafter (lossless, one forward per drafted token, trainable
+with the DFlash recipe) and the no-feature DFlash ablation (provably blind to the context)."""
+
+import os
+import shutil
+import sys
+
+import pytest
+import torch
+
+from conftest import tiny_drafter, tiny_target
+from nanodflash import baselines, bench
+from nanodflash.baselines import ARDrafter, DraftForwardCounter, NoFeatureDrafter, causal_training_mask
+from nanodflash.speculative import _chooser, generate, speculative_generate
+from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GREEDY = _chooser(0.0, None, None, False, None)
+
+
+def ar_drafter(target, seed=1, block_size=16, n_layer=1):
+    d = tiny_drafter(target, seed=seed, block_size=block_size, n_layer=n_layer)
+    torch.manual_seed(seed)
+    return ARDrafter(d.config, target).double().eval()
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A peaked target, its own greedy continuations, and an AR drafter trained briefly on them."""
+    target = tiny_target(seed=4, head_scale=8.0)
+    ids = torch.randint(0, 62, (2000,), generator=torch.Generator().manual_seed(1))
+    seqs = generate_sequences(target, ids, n_seqs=72, prompt_len=4, gen_len=36, batch_size=72, log=lambda *_: None)
+    drafter = ar_drafter(target, seed=5, block_size=8)
+    hist = train_drafter(drafter, seqs[:64], steps=60, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
+                         log_every=10**6)
+    return target, seqs[64:], drafter, hist
+
+
+# ----------------------------------------------------------------------------- the AR drafter
+
+@pytest.mark.parametrize("block_size", [1, 2, 4, 8])
+def test_ar_drafter_is_lossless_in_the_loop_and_its_drafts_get_accepted(trained, block_size):
+    target, held_out, drafter, _ = trained
+    lengths = []
+    for s in held_out[:3].tolist():
+        ref = generate(target, s[:4], 30)
+        out, stats = speculative_generate(target, drafter, s[:4], 30, block_size=block_size)
+        assert out == ref, f"AR drafter, block_size={block_size}: speculative output diverged from greedy decoding"
+        assert len(out) == 1 + sum(stats.acceptance_lengths), "stats must account for every emitted token"
+        lengths += stats.acceptance_lengths
+    if block_size >= 4:   # a trained drafter: drafts are accepted, and partial acceptance is exercised
+        assert max(lengths) > 1 and any(1 <= a < block_size for a in lengths), f"acceptance lengths {lengths}"
+
+
+def test_untrained_ar_drafter_is_lossless_too(target):
+    drafter = ar_drafter(target)
+    for prompt in ([3], list(range(10, 40))):
+        out, _ = speculative_generate(target, drafter, prompt, 40, block_size=16)
+        assert out == generate(target, prompt, 40), "untrained AR drafter broke greedy equality"
+
+
+def test_causal_training_mask_equals_plain_loops_reference():
+    anchors = torch.tensor([[0, 7, 7, 9], [3, 12, 1, 5]])
+    S, n = 20, 4
+    ref = torch.zeros(2, 4 * n, S + 4 * n, dtype=torch.bool)
+    for b in range(2):
+        for k in range(4):
+            for i in range(n):
+                ref[b, k * n + i, :int(anchors[b, k])] = True                   # context strictly before the anchor
+                ref[b, k * n + i, S + k * n: S + k * n + i + 1] = True          # own chain, slots 0..i
+    assert torch.equal(causal_training_mask(anchors, S, n), ref), "causal chain mask differs from plain loops"
+
+
+@pytest.mark.parametrize("n_layer", [1, 2])
+def test_ar_training_form_logits_equal_drafting_logits_teacher_forcing_is_exact(target, n_layer):
+    drafter = ar_drafter(target, block_size=6, n_layer=n_layer)
+    x = torch.randint(0, 62, (1, 40), generator=torch.Generator().manual_seed(0))
+    for a in (0, 5, 20):
+        cache, logits = drafter.new_cache(64), []
+        if a:
+            _, feats = target(x[:, :a], layer_ids=drafter.config.target_layer_ids)
+            drafter.extend(cache, feats, x[:, :a])
+
+        def choose(lg):                       # record what the drafter saw, draft greedily
+            logits.append(lg)
+            return GREEDY(lg)
+        drafts, _ = drafter.draft(cache, int(x[0, a]), 5, choose)
+        assert cache.length == a, "drafting must leave only the verified context in the cache"
+        # the sequence the drafter just drafted, fed back by teacher forcing
+        seq = torch.cat([x[:, :a + 1], drafts[None], x[:, a + 6:]], dim=1)           # (1, 40)
+        _, feats = target(seq, layer_ids=drafter.config.target_layer_ids)
+        train = drafter(feats, seq, torch.tensor([[a]]))[0, 0]                       # (B, V), index k predicts x_{a+k}
+        torch.testing.assert_close(train[1:], torch.cat(logits), rtol=0, atol=1e-10,
+                                   msg=f"AR train/draft mismatch at anchor {a}")
+
+
+def test_drafter_forward_passes_per_draft_step_grow_with_k_for_ar_and_stay_one_for_dflash(target, drafter):
+    ar = ar_drafter(target)
+    counts = {}
+    for name, d in (("dflash", drafter), ("ar", ar)):
+        cache = d.new_cache(64)
+        _, feats = target(torch.tensor([[1, 2, 3, 4, 5]]), layer_ids=d.config.target_layer_ids)
+        with DraftForwardCounter(d) as c:
+            d.extend(cache, feats, torch.tensor([[1, 2, 3, 4, 5]]))
+            assert c.n == 0, f"{name}: extend must not count as a draft forward"
+            counts[name] = []
+            for k in range(1, 16):
+                c.n = 0
+                tokens, q = d.draft(cache, 6, k, GREEDY)
+                assert tokens.shape == (k,) and q.shape == (k, target.config.vocab_size), f"{name}: draft shapes"
+                counts[name].append(c.n)
+    assert counts["dflash"] == [1] * 15, f"DFlash drafts any block in one forward, counted {counts['dflash']}"
+    assert counts["ar"] == list(range(1, 16)), f"AR drafting takes one forward per token, counted {counts['ar']}"
+    curve = baselines.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8, n=1)
+    assert curve["forwards"] == counts and len(curve["seconds"]["ar"]) == 15, "the printed curve counts the same"
+
+
+def test_training_the_ar_drafter_lowers_its_loss_and_beats_an_untrained_one(trained):
+    target, held_out, drafter, hist = trained
+    first, last = sum(hist["loss"][:5]) / 5, sum(hist["loss"][-5:]) / 5
+    assert last < first - 1.0, f"AR drafter loss did not fall: {first:.3f} -> {last:.3f}"
+    # An untrained AR drafter is not clueless here: it feeds real tokens through the target's own embedding
+    # and head with near-identity layers, i.e. the target's skip path, which on this tiny random target is
+    # most of the target (untrained: expected tau ~5.2 of 8). Training must still add clearly more.
+    untrained = ar_drafter(target, seed=5, block_size=8)
+    acc, acc0 = slot_accuracy(drafter, held_out, min_anchor=3), slot_accuracy(untrained, held_out, min_anchor=3)
+    assert acc["expected_tau"] > acc0["expected_tau"] + 1.0, \
+        f"expected tau (teacher forced) {acc0['expected_tau']:.2f} -> {acc['expected_tau']:.2f}"
+    prompts = [s[:4] for s in held_out.tolist()]
+    tau, tau0 = measure_tau(drafter, prompts, 24), measure_tau(untrained, prompts, 24)
+    assert tau > tau0 + 0.3, f"trained AR drafter's tau {tau:.2f} does not beat the untrained one's {tau0:.2f}"
+
+
+def test_ar_drafter_with_sampled_drafts_keeps_the_targets_distribution():
+    from test_sampling_exact import chi_square_p_value, exact_distribution, speculative_counts
+    target = tiny_target(seed=11, vocab=4, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
+    drafter = ARDrafter(tiny_drafter(target, seed=12, block_size=4).config, target).double().eval()
+    with torch.no_grad():
+        drafter.norm.weight.mul_(0.3)               # q != p, so rejections happen
+    counts, lengths = speculative_counts(target, drafter, "rejection", 1.0, None, None)
+    p = chi_square_p_value(counts, exact_distribution(target, 1.0, None, None), sum(counts.values()))
+    assert p > 1e-4, f"AR drafts + rejection sampling: output distribution differs from the target's (p={p:.2e})"
+    assert any(a < 4 for a in lengths) and any(a > 1 for a in lengths), "need both acceptances and rejections"
+
+
+# ----------------------------------------------------------------------------- the no-feature ablation
+
+def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target, drafter):
+    nofeat = NoFeatureDrafter(drafter.config, target).double().eval()
+    nofeat.load_state_dict(drafter.state_dict())
+    x = torch.randint(0, 62, (2, 40), generator=torch.Generator().manual_seed(3))
+    _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
+    other = torch.randn_like(feats) * 5
+    anchors = torch.tensor([[0, 9, 20], [14, 3, 24]])
+    torch.testing.assert_close(nofeat(feats, x, anchors), nofeat(other, x, anchors), rtol=0, atol=0,
+                               msg="no-feature drafter (training form) changed with the context features")
+    assert not torch.allclose(drafter(feats, x, anchors), drafter(other, x, anchors)), "control: DFlash must depend"
+    block = torch.tensor([[int(x[0, 20])] + [drafter.config.mask_token_id] * 15])
+    logits = []
+    for f in (feats, other):
+        cache = nofeat.new_cache(64)
+        nofeat.extend(cache, f[:1, :20], x[:1, :20])
+        assert cache.length == 20, "positions must still advance"
+        logits.append(nofeat.block_logits(cache, block))
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0, msg="no-feature drafter (drafting) saw features")
+    train = nofeat(feats[:1], x[:1], torch.tensor([[20]]))[0, 0]
+    torch.testing.assert_close(logits[0][0], train, rtol=0, atol=1e-10, msg="no-feature train/draft mismatch")
+
+
+def test_no_feature_drafter_is_lossless_in_the_loop(target, drafter):
+    nofeat = NoFeatureDrafter(drafter.config, target).double().eval()
+    for b in (1, 4, 16):
+        out, _ = speculative_generate(target, nofeat, [7, 1, 4, 1, 5], 30, block_size=b)
+        assert out == generate(target, [7, 1, 4, 1, 5], 30), f"no-feature drafter broke greedy equality (B={b})"
+
+
+# ----------------------------------------------------------------------------- checkpoints, CLI, bench rows
+
+def test_baseline_recipe_is_train_tinys_drafter_recipe():
+    sys.path.insert(0, ROOT)
+    import train_tiny
+    assert baselines.RECIPE == dict(steps=train_tiny.DRAFT_STEPS, batch_size=train_tiny.DRAFT_BATCH,
+                                    n_anchors=train_tiny.DRAFT_ANCHORS, lr=train_tiny.DRAFT_LR,
+                                    gamma=train_tiny.GAMMA, seed=train_tiny.SEED), "recipe drifted from train_tiny.py"
+    s = train_tiny.SMOKE
+    assert baselines.SMOKE_RECIPE == dict(baselines.RECIPE, steps=s["draft_steps"], batch_size=s["draft_batch"],
+                                          n_anchors=s["draft_anchors"]), "smoke recipe drifted from train_tiny.SMOKE"
+
+
+def test_baseline_checkpoints_round_trip_and_refuse_the_wrong_kind_or_target(tmp_path, target):
+    ar = ar_drafter(target)
+    path = str(tmp_path / "ar.pt")
+    baselines.save_baseline(path, ar)
+    loaded, _ = baselines.load_baseline(path, target, "ar")
+    assert isinstance(loaded, ARDrafter) and all(torch.equal(a, b) for a, b in
+                                                 zip(ar.state_dict().values(), loaded.state_dict().values()))
+    with pytest.raises(ValueError, match="not a 'nofeat' baseline"):
+        baselines.load_baseline(path, target, "nofeat")
+    with pytest.raises(ValueError, match="trained against target"):
+        baselines.load_baseline(path, tiny_target(seed=9), "ar")
+    with pytest.raises(FileNotFoundError, match="nanodflash.baselines"):
+        baselines.load_baseline(str(tmp_path / "none.pt"), target, "ar")
+
+
+def test_bench_skips_a_stale_baseline_with_a_warning_instead_of_failing(tmp_path, target, capsys):
+    baselines.save_baseline(str(tmp_path / baselines.AR), ar_drafter(tiny_target(seed=9)))   # another target
+    nofeat = NoFeatureDrafter(tiny_drafter(target).config, target).double()
+    baselines.save_baseline(str(tmp_path / baselines.NOFEAT), nofeat)
+    found = baselines.load_present(str(tmp_path), target)
+    assert list(found) == ["nofeat"], f"the stale AR baseline must be skipped, got {list(found)}"
+    assert "skipping the ar baseline" in capsys.readouterr().err, "no warning for the stale baseline"
+
+
+@pytest.fixture(scope="module")
+def baseline_out(tmp_path_factory):
+    """Smoke checkpoints (shared with the other test files) copied, plus both baselines trained for 3 steps."""
+    smoke = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
+    if not (smoke / "drafter.pt").exists():
+        sys.path.insert(0, ROOT)
+        import train_tiny
+        train_tiny.main(["--smoke", "--out", str(smoke)])
+    out = tmp_path_factory.mktemp("baselines")
+    for f in ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
+        shutil.copy(smoke / f, out / f)
+    return out
+
+
+def test_baselines_cli_trains_both_prints_tau_and_skips_what_exists(baseline_out, capsys):
+    baselines.main(["--out", str(baseline_out), "--smoke", "--steps", "3", "--eval_prompts", "2"])
+    out = capsys.readouterr().out
+    for needed in ("dflash no-features B=8", "ar k=3", "ar k=7", "without target features", "expected tau"):
+        assert needed in out, f"baselines output lacks {needed!r}:\n{out}"
+    assert (baseline_out / baselines.AR).exists() and (baseline_out / baselines.NOFEAT).exists()
+    baselines.main(["--out", str(baseline_out), "--smoke", "--eval_prompts", "1"])
+    assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 2, "existing ones retrained"
+
+
+def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(baseline_out, capsys, tmp_path):
+    if not (baseline_out / baselines.AR).exists():
+        baselines.main(["--out", str(baseline_out), "--smoke", "--steps", "3", "--eval_prompts", "1"])
+    path = tmp_path / "bench.json"
+    bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12", "--json", str(path)])
+    out = capsys.readouterr().out
+    for needed in ("ar k=3 ", "ar k=7 ", "dflash no-features B=8", "draft cost: one draft step vs drafted tokens",
+                   "vs the best AR setting", "greedy outputs identical to plain greedy on all 1 prompts: yes"):
+        assert needed in out, f"bench output lacks {needed!r}:\n{out}"
+    assert "ar k=15" not in out, "smoke drafters have B=8: k=15 does not fit"
+    import json
+    curve = json.loads(path.read_text())["draft_cost_curve"]
+    assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"]["dflash"] == [1] * 7, curve["forwards"]
