@@ -129,6 +129,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.smoke:
+        torch.set_num_threads(1)         # toy models: thread sync costs more than it saves
     torch.manual_seed(args.seed)
     os.makedirs(args.out, exist_ok=True)
     path = {k: os.path.join(args.out, f) for k, f in
@@ -201,7 +203,8 @@ def main(argv=None):
 
         def eval_fn(d):
             acc = slot_accuracy(d, data["val"], min_anchor=min_anchor)
-            return {"expected_tau": acc["expected_tau"], "tau": measure_tau(d, prompts[:4], args.eval_new_tokens)}
+            slots = {f"acc{k + 1}": a for k, a in enumerate(acc["slot_acc"][:3])}       # held-out per-slot accuracy
+            return {**slots, "expected_tau": acc["expected_tau"], "tau": measure_tau(d, prompts[:4], args.eval_new_tokens)}
         draft_hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
                                    args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
                                    eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4))
