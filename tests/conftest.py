@@ -72,3 +72,13 @@ def target():
 @pytest.fixture(scope="session")
 def drafter(target):
     return tiny_drafter(target)
+
+
+@pytest.fixture(scope="session")
+def smoke_out(tmp_path_factory):
+    """Checkpoints from `train_tiny.py --smoke`, made once per test session and shared by every test file."""
+    import train_tiny
+    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
+    if not (out / "drafter.pt").exists():
+        train_tiny.main(["--smoke", "--out", str(out)])
+    return out

@@ -16,13 +16,6 @@ from nanodflash.speculative import generate, speculative_generate
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def smoke_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke")
-    train_tiny.main(["--smoke", "--out", str(out)])
-    return out
-
-
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt_ids=[]), "prompt is empty"),
     (dict(prompt_ids=list(range(60)) * 3), "exceeds the target's max_seq_len"),
@@ -72,7 +65,6 @@ def test_truncated_checkpoint_is_reported_as_corrupt(smoke_out, tmp_path):
 def test_drafter_trained_against_another_target_is_refused(smoke_out, tmp_path):
     other = tmp_path / "other"
     train_tiny.main(["--smoke", "--out", str(other), "--seed", "7"])
-    shutil.copy(other / "drafter.pt", smoke_out / "drafter_other.pt")
     mixed = tmp_path / "mixed"
     shutil.copytree(smoke_out, mixed)
     shutil.copy(other / "drafter.pt", mixed / "drafter.pt")

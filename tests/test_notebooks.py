@@ -18,17 +18,6 @@ CELL_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
-def smoke_out(tmp_path_factory):
-    """Checkpoints from `train_tiny.py --smoke`; same folder as the other test files use, so made once."""
-    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (out / "drafter.pt").exists():
-        sys.path.insert(0, str(ROOT))
-        import train_tiny
-        train_tiny.main(["--smoke", "--out", str(out)])
-    return out
-
-
-@pytest.fixture(scope="session")
 def notebook_env(smoke_out, tmp_path_factory):
     """Point the notebooks at the smoke checkpoints, and make kernel "python3" this very interpreter.
 

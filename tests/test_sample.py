@@ -17,15 +17,6 @@ import train_tiny  # noqa: E402
 from nanodflash.tokenizer import load_tokenizer  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def smoke_out(tmp_path_factory):
-    """Checkpoints from `train_tiny.py --smoke`, shared by the test files of this session."""
-    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (out / "drafter.pt").exists():
-        train_tiny.main(["--smoke", "--out", str(out)])
-    return out
-
-
 def run_sample(*args):
     return subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), *map(str, args)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
