@@ -212,16 +212,11 @@ def test_bench_skips_a_stale_baseline_with_a_warning_instead_of_failing(tmp_path
 
 
 @pytest.fixture(scope="module")
-def baseline_out(tmp_path_factory):
-    """Smoke checkpoints (shared with the other test files) copied, plus both baselines trained for 3 steps."""
-    smoke = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (smoke / "drafter.pt").exists():
-        sys.path.insert(0, ROOT)
-        import train_tiny
-        train_tiny.main(["--smoke", "--out", str(smoke)])
+def baseline_out(smoke_out, tmp_path_factory):
+    """A copy of the session's smoke checkpoints (conftest), for the baselines to be trained into."""
     out = tmp_path_factory.mktemp("baselines")
     for f in ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
-        shutil.copy(smoke / f, out / f)
+        shutil.copy(smoke_out / f, out / f)
     return out
 
 

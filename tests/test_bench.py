@@ -2,28 +2,14 @@
 
 import json
 import math
-import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import nanodflash  # noqa: E402
-import train_tiny  # noqa: E402
-from nanodflash import bench  # noqa: E402
-from nanodflash.speculative import generate, speculative_generate  # noqa: E402
+import nanodflash
+from nanodflash import bench
+from nanodflash.speculative import generate, speculative_generate
 
 N_PROMPTS, NEW_TOKENS = 2, 20
-
-
-@pytest.fixture(scope="session")
-def smoke_out(tmp_path_factory):
-    """Checkpoints from `train_tiny.py --smoke`, shared by the test files of this session."""
-    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (out / "drafter.pt").exists():
-        train_tiny.main(["--smoke", "--out", str(out)])
-    return out
 
 
 @pytest.fixture(scope="module")
