@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from nanodflash import checkpoint as ckpt
+from nanodflash import baselines, checkpoint as ckpt
 from nanodflash.data import check_enough, load_corpus, split_train_val
 from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.gpt import GPT, GPTConfig
@@ -135,8 +135,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     path = {k: os.path.join(args.out, f) for k, f in
             dict(tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER).items()}
-    if args.fresh:
-        for f in path.values():
+    if args.fresh:                       # also the baselines trained on the old target (nanodflash.baselines)
+        for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
             if os.path.exists(f):
                 os.remove(f)
     t_start = time.perf_counter()
