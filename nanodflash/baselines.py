@@ -138,16 +138,8 @@ def load_baseline(path, target, kind, device="cpu"):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{kind} baseline checkpoint not found: {path} (run `python -m nanodflash.baselines "
                                 f"--out {os.path.dirname(path) or '.'}` first)")
-    ck = ckpt.read(path, f"{kind} baseline drafter")
-    if ck.get("kind") != kind:
-        raise ValueError(f"{path} holds a {ck.get('kind', 'DFlash')!r} drafter, not a {kind!r} baseline")
-    fp = target.fingerprint()
-    if ck["target_fingerprint"] != fp:
-        raise ValueError(f"baseline drafter {path} was trained against target {ck['target_fingerprint']}, but this "
-                         f"target is {fp}; retrain it (python -m nanodflash.baselines --out DIR --fresh)")
-    drafter = cls(DrafterConfig(**ck["config"]), target)
-    drafter.load_state_dict(ck["model"])
-    return drafter.to(device).eval(), ck
+    return ckpt.load_drafter(path, target, device, cls=cls, kind=kind,
+                             retrain="python -m nanodflash.baselines --out DIR --fresh")
 
 
 def load_present(out_dir, target, device="cpu"):

@@ -58,14 +58,20 @@ def save_drafter(path, drafter, history=None):
                  "target_fingerprint": drafter.target.fingerprint(), "history": history or {}}, path)
 
 
-def load_drafter(path, target, device="cpu"):
-    """Load a drafter onto `target`; refuse if it was trained against a different target."""
-    ck = read(path, "drafter")
+def load_drafter(path, target, device="cpu", cls=Drafter, kind=None, retrain="rerun train_tiny.py, or delete it"):
+    """Load a drafter onto `target`; refuse if it was trained against a different target.
+
+    Baseline drafters (nanodflash.baselines) pass their class, the `kind` their checkpoint must record,
+    and how to retrain them."""
+    what = f"{kind} baseline drafter" if kind else "drafter"
+    ck = read(path, what)
+    if kind is not None and ck.get("kind") != kind:
+        raise ValueError(f"{path} holds a {ck.get('kind', 'DFlash')!r} drafter, not a {kind!r} baseline")
     fp = target.fingerprint()
     if ck["target_fingerprint"] != fp:
-        raise ValueError(f"drafter {path} was trained against target {ck['target_fingerprint']}, but this target "
-                         f"is {fp}; retrain the drafter (rerun train_tiny.py, or delete {path})")
-    drafter = Drafter(DrafterConfig(**ck["config"]), target)
+        raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, but this target "
+                         f"is {fp}; retrain it ({retrain})")
+    drafter = cls(DrafterConfig(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
     return drafter.to(device).eval(), ck
 
