@@ -68,15 +68,21 @@ def parse_args(argv=None):
     return args
 
 
-def origins(n_tokens, acceptance_lengths):
-    """Per generated token: "target" (prefill or bonus) or "draft" (accepted draft). No stop tokens assumed.
+def origins(n_tokens, acceptance_lengths, accepted_drafts=None):
+    """Per generated token: "target" (prefill or bonus) or "draft" (accepted draft).
+
+    `accepted_drafts` (SpecStats.accepted_drafts) says how many of each step's tokens were drafts; without
+    it every step is taken to end with its bonus token, which holds when no stop token cut a step short.
 
     >>> origins(5, [3, 1])                     # prefill, then step 1: 2 drafts + bonus, step 2: bonus only
     ['target', 'draft', 'draft', 'target', 'target']
+    >>> origins(3, [2], accepted_drafts=[2])   # a stop token among the drafts: no bonus in that step
+    ['target', 'draft', 'draft']
     """
+    accepted_drafts = accepted_drafts or [n - 1 for n in acceptance_lengths]
     out = ["target"]
-    for n in acceptance_lengths:
-        out += ["draft"] * (n - 1) + ["target"]
+    for n, d in zip(acceptance_lengths, accepted_drafts):
+        out += ["draft"] * d + ["target"] * (n - d)
     if len(out) != n_tokens:
         raise AssertionError(f"acceptance lengths account for {len(out)} tokens, but {n_tokens} were generated")
     return out
@@ -136,7 +142,7 @@ def main(argv=None):
     print("legend: " + "  ".join(f"{STYLE[k]}{s}{RESET}" if color else f"{MARK[k][0]}{s}{MARK[k][1]}"
                                  for k, s in legend))
     print("-" * 80)
-    print(render(tok, prompt_ids, tokens, origins(len(tokens), stats.acceptance_lengths), color))
+    print(render(tok, prompt_ids, tokens, origins(len(tokens), stats.acceptance_lengths, stats.accepted_drafts), color))
     print("-" * 80)
     steps = len(stats.acceptance_lengths)
     print(f"DFlash: {len(tokens)} tokens = 1 from the prefill + {steps} draft/verify steps; "

@@ -23,6 +23,7 @@ VERIFIERS = ("match", "rejection")
 @dataclass
 class SpecStats:
     acceptance_lengths: list = field(default_factory=list)  # tokens emitted per draft+verify step (bonus included)
+    accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (the rest: the bonus)
     target_forwards: int = 0                                # prefill + one verify per step
     draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
     verify_time: float = 0.0                                # seconds in the target (verify forwards)
@@ -139,6 +140,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         new = new[: _first_stop(new, stops)]                                     # stop right after a stop token
         out += new
         stats.acceptance_lengths.append(len(new))
+        stats.accepted_drafts.append(min(n_acc, len(new)))                      # a stop token may cut the bonus off
         stats.target_forwards += 1
         stats.verify_time += t2 - t1
         stats.draft_time += (t1 - t0) + (time.perf_counter() - t2)

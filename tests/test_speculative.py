@@ -88,8 +88,9 @@ def test_stop_token_ends_generation_right_after_it(target):
     ref = generate(target, PROMPTS[1], 40)
     stop = ref[9]
     expected = ref[: ref.index(stop) + 1]
-    out, _ = speculative_generate(target, oracle, PROMPTS[1], 40, block_size=16, stop_token_ids=[stop])
+    out, stats = speculative_generate(target, oracle, PROMPTS[1], 40, block_size=16, stop_token_ids=[stop])
     assert out == expected, f"expected generation to end right after the first stop token {stop}"
+    assert stats.accepted_drafts == [len(out) - 1], "the stop fell among the first block's drafts: that step emitted drafts only, no bonus"
     assert generate(target, PROMPTS[1], 40, stop_token_ids=[stop]) == expected, "plain generate must stop the same way"
 
 
