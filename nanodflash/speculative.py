@@ -94,6 +94,18 @@ def _chooser(temperature, top_k, top_p, sample_drafts, generator):
     return choose
 
 
+def _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
+    """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable."""
+    if temperature == 0:
+        return greedy_verify(drafts, target_logits)
+    p = probs_from_logits(target_logits, temperature, top_k, top_p)          # (b, V) the target's distributions
+    if callable(verifier):
+        return verifier(drafts, q, p, generator)
+    if verifier == "match":
+        return match_verify(drafts, p, generator)
+    return rejection_verify(drafts, q, p, generator)
+
+
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                          top_k=None, top_p=None, verifier="match", stop_token_ids=None, generator=None):
@@ -125,14 +137,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass
         target_logits = logits[0].cpu()                                          # (b, V): after anchor, d_1, ...
-        if greedy:
-            n_acc, bonus = greedy_verify(drafts, target_logits)
-        elif callable(verifier):
-            n_acc, bonus = verifier(drafts, q, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
-        elif verifier == "match":
-            n_acc, bonus = match_verify(drafts, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
-        else:
-            n_acc, bonus = rejection_verify(drafts, q, probs_from_logits(target_logits, temperature, top_k, top_p), generator)
+        n_acc, bonus = _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator)
         cache.crop(start + 1 + n_acc)                                            # keep anchor + accepted drafts
         t2 = time.perf_counter()
         drafter.extend(dcache, feats[:, : 1 + n_acc], block[:, : 1 + n_acc])     # their features become context
