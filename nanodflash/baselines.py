@@ -39,12 +39,12 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import torch
 
 from . import checkpoint as ckpt
-from .bench import _median_time
+from .bench import ForwardCounter, _median_time
 from .drafter import Drafter, DrafterConfig, training_mask
 from .speculative import _chooser, generate
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
@@ -127,9 +127,7 @@ class NoFeatureDrafter(Drafter):
 KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT)}
 
 
-def save_baseline(path, drafter, history=None):
-    ckpt.atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": drafter.state_dict(),
-                      "target_fingerprint": drafter.target.fingerprint(), "history": history or {}}, path)
+save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind ("ar" / "nofeat")
 
 
 def load_baseline(path, target, kind, device="cpu"):
@@ -159,21 +157,9 @@ def load_present(out_dir, target, device="cpu"):
 
 # ----------------------------------------------------------------------------- draft cost
 
-class DraftForwardCounter:
+def DraftForwardCounter(drafter):
     """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never does)."""
-
-    def __init__(self, drafter):
-        self.n = 0
-        self.handle = drafter.norm.register_forward_hook(self._hook)
-
-    def _hook(self, module, args, output):
-        self.n += 1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.remove()
+    return ForwardCounter(drafter.norm)
 
 
 def _context(target, drafter, context):

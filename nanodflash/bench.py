@@ -99,14 +99,22 @@ def default_methods(drafter, baselines=None):
 
 
 class ForwardCounter:
-    """Counts calls of target.forward (the drafter borrows only the target's embedding and head)."""
+    """Counts forward calls of `module` with a hook; usable as a context manager that removes the hook.
 
-    def __init__(self, target):
+    The benchmark counts target.forward (the drafter borrows only the target's embedding and head)."""
+
+    def __init__(self, module):
         self.n = 0
-        self.handle = target.register_forward_hook(self._hook)
+        self.handle = module.register_forward_hook(self._hook)
 
     def _hook(self, module, args, output):
         self.n += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
 
 
 def _sync(device):

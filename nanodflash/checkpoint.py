@@ -54,8 +54,10 @@ def load_target(path, device="cpu"):
 
 
 def save_drafter(path, drafter, history=None):
-    atomic_save({"config": asdict(drafter.config), "model": drafter.state_dict(),
-                 "target_fingerprint": drafter.target.fingerprint(), "history": history or {}}, path)
+    """Write a drafter with the fingerprint of its target; `kind` is None for DFlash, "ar"/"nofeat" for baselines."""
+    atomic_save({"kind": getattr(drafter, "kind", None), "config": asdict(drafter.config),
+                 "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
+                 "history": history or {}}, path)
 
 
 def load_drafter(path, target, device="cpu", cls=Drafter, kind=None, retrain="rerun train_tiny.py, or delete it"):

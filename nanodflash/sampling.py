@@ -43,6 +43,14 @@ def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
     return probs
 
 
+def next_token(logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+    """logits (..., V) on the CPU -> token ids (...,): the argmax at temperature 0 (no distribution is
+    built on that hot path), else a sample of the transformed distribution."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return sample(probs_from_logits(logits, temperature, top_k, top_p), generator)
+
+
 def sample(probs, generator=None):
     """Draw one token id per row of probs (..., V) -> (...,) LongTensor."""
     flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import check_sampling_args, probs_from_logits, sample
+from .sampling import check_sampling_args, next_token, probs_from_logits, sample
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
@@ -77,8 +77,7 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
     logits, _ = target(prompt, cache)
     out = []
     while True:
-        probs = probs_from_logits(logits[0, -1].cpu(), temperature, top_k, top_p)
-        token = int(probs.argmax()) if temperature == 0 else int(sample(probs, generator))
+        token = int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))
         out.append(token)
         if len(out) == max_new_tokens or token in stops:
             return out
@@ -88,8 +87,9 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
 def _chooser(temperature, top_k, top_p, sample_drafts, generator):
     """The drafter's rule for turning its logits (n, V) into draft tokens (n,) and their distribution q."""
     def choose(logits):
-        q = probs_from_logits(logits.detach().cpu(), temperature, top_k, top_p)    # (n, V)
-        tokens = sample(q, generator) if sample_drafts else logits.detach().cpu().argmax(-1)
+        logits = logits.detach().cpu()                                              # one copy off the device
+        q = probs_from_logits(logits, temperature, top_k, top_p)                    # (n, V)
+        tokens = sample(q, generator) if sample_drafts else logits.argmax(-1)
         return tokens, q
     return choose
 
@@ -126,8 +126,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
     logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features
     drafter.extend(dcache, feats, prompt)                                        # context = the whole prompt
-    p_last = probs_from_logits(logits[0, -1].cpu(), temperature, top_k, top_p)
-    out = [int(p_last.argmax()) if greedy else int(sample(p_last, generator))]  # first bonus token
+    out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]  # first bonus token
     stats.prefill_time = time.perf_counter() - t0
     while len(out) < max_new_tokens and out[-1] not in stops:
         anchor, start, b = out[-1], cache.length, min(B, max_new_tokens - len(out))  # never draft past the limit

@@ -15,7 +15,7 @@ import time
 import torch
 
 from .drafter import loss_decay_weights
-from .sampling import probs_from_logits, sample
+from .sampling import next_token
 from .speculative import speculative_generate
 from .train import Progress, lr_at, make_optimizer
 
@@ -34,8 +34,7 @@ def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0
         cache = target.new_cache(n, prompt_len + gen_len)
         logits, _ = target(seq, cache)
         for _ in range(gen_len):
-            probs = probs_from_logits(logits[:, -1].cpu(), temperature, top_k)      # (n, V)
-            nxt = probs.argmax(-1) if temperature == 0 else sample(probs, g)       # (n,)
+            nxt = next_token(logits[:, -1].cpu(), temperature, top_k, generator=g)  # (n,)
             seq = torch.cat([seq, nxt[:, None].to(device)], dim=1)
             if seq.size(1) < prompt_len + gen_len:
                 logits, _ = target(nxt[:, None].to(device), cache)
