@@ -51,7 +51,8 @@ def parse_args(argv=None):
     a = p.add_argument
     a("--out", default=OUT, help="folder written by train_tiny.py --out (default: %(default)s)")
     a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
-    a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data (default: embedded)")
+    a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data "
+      "(default: the built-in stdlib corpus)")
     a("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
     a("--block_size", type=int, default=BLOCK_SIZE, help="draft block size B, at most the drafter's (default: the drafter's)")
     a("--temperature", type=float, default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")

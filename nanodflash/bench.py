@@ -229,7 +229,8 @@ def format_table(rows):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from; use train_tiny.py's --data (default: embedded)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from; use train_tiny.py's --data "
+                   "(default: the built-in stdlib corpus)")
     p.add_argument("--n_prompts", type=int, default=N_PROMPTS, help="validation prompts (default: %(default)s)")
     p.add_argument("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens generated per prompt (default: %(default)s)")
     p.add_argument("--seed", type=int, default=SEED, help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")

@@ -1,26 +1,58 @@
 """The corpus: an embedded default that needs no download, or any UTF-8 text file.
 
-Default: Python's own documentation text (`pydoc_data.topics`, ~465K characters of English prose
-and code examples), which ships with CPython. Train/validation split is by interleaved chunks of
-tokens (every 10th chunk is validation), so validation covers every topic rather than the last one.
+Two corpora ship with CPython itself, so nothing is downloaded:
+- "stdlib" (the default): the source of the standard library's top-level modules, taken in name order
+  (`__future__.py`, `_aix_support.py`, ... `argparse.py`, ...) until about a million characters.
+  Code is where speculative decoding pays most (a code model's next tokens are often nearly certain),
+  and at our tiny sizes it gave τ 2.3 where the prose corpus gave 1.6 (README, "What mattered").
+- "pydoc": Python's documentation topics (`pydoc_data.topics`, ~465K characters of English prose).
+Train/validation split is by interleaved chunks of tokens (every 10th chunk is validation), so
+validation covers every part of the corpus rather than the last module.
 """
 
+import glob
 import os
+import sysconfig
 
 import torch
 
+BUILTIN_CORPORA = ("stdlib", "pydoc")
+STDLIB_CHARS = 1_000_000     # the stdlib corpus stops after the first module that reaches this many characters
+
+
+def stdlib_corpus(max_chars=STDLIB_CHARS):
+    """The standard library's top-level modules, concatenated in name order until `max_chars` is reached."""
+    files = sorted(glob.glob(os.path.join(sysconfig.get_paths()["stdlib"], "*.py")))
+    parts, n = [], 0
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            parts.append(fh.read())
+        n += len(parts[-1])
+        if n >= max_chars:
+            break
+    if n < max_chars // 2:
+        raise RuntimeError(f"this Python's standard library sources are missing or small ({n:,} characters of "
+                           ".py files): the default corpus needs them; pass a UTF-8 text file with --data PATH")
+    return "\n\n".join(parts)
+
+
+def pydoc_corpus():
+    """Python's documentation topics (English prose with code examples)."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as e:
+        raise RuntimeError("this Python has no pydoc_data (a stripped-down build?): the pydoc corpus is "
+                           "missing; pass a UTF-8 text file with --data PATH instead") from e
+    return "\n\n".join(topics[k] for k in sorted(topics))
+
 
 def load_corpus(path=None):
-    """Return the corpus text: the file at `path` (UTF-8), or the embedded default when path is None."""
-    if path is None:
-        try:
-            from pydoc_data.topics import topics
-        except ImportError as e:
-            raise RuntimeError("this Python has no pydoc_data (a stripped-down build?): the default corpus is "
-                               "missing; pass a UTF-8 text file with --data PATH instead") from e
-        return "\n\n".join(topics[k] for k in sorted(topics))
+    """The corpus text: the embedded default ("stdlib") when path is None, a built-in corpus by name
+    ("stdlib" or "pydoc"), or the UTF-8 file at `path`."""
+    if path is None or (path in BUILTIN_CORPORA and not os.path.exists(path)):
+        return pydoc_corpus() if path == "pydoc" else stdlib_corpus()
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--data file not found: {path}")
+        raise FileNotFoundError(f"--data file not found: {path} (or use a built-in corpus: {', '.join(BUILTIN_CORPORA)})")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
