@@ -165,7 +165,7 @@ class Drafter(nn.Module):
         return self.target.lm_head(self.norm(x))
 
     def draft(self, cache, anchor, n_draft, choose):
-        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V))`."""
+        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
         block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
         block[0, 0] = anchor
         logits = self.block_logits(cache, block)                                 # (1, n_draft+1, V)

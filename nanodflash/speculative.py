@@ -85,9 +85,12 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
 
 
 def _chooser(temperature, top_k, top_p, sample_drafts, generator):
-    """The drafter's rule for turning its logits (n, V) into draft tokens (n,) and their distribution q."""
+    """The drafter's rule for turning its logits (n, V) into draft tokens (n,) and their distribution q
+    (None when greedy: the greedy verifier never looks at q, so none is built on that hot path)."""
     def choose(logits):
         logits = logits.detach().cpu()                                              # one copy off the device
+        if temperature == 0:
+            return logits.argmax(-1), None
         q = probs_from_logits(logits, temperature, top_k, top_p)                    # (n, V)
         tokens = sample(q, generator) if sample_drafts else logits.argmax(-1)
         return tokens, q
