@@ -51,7 +51,7 @@ from .train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 # train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
-RECIPE = dict(steps=1000, batch_size=8, n_anchors=32, lr=3e-3, gamma=2.0, seed=1337)
+RECIPE = dict(steps=2500, batch_size=32, n_anchors=8, lr=3e-3, gamma=2.0, seed=1337)
 SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
 AR_KS = (3, 7, 15)          # drafted tokens per step for the AR rows (block_size k+1 in the loop)
 
@@ -87,7 +87,7 @@ class ARDrafter(Drafter):
             token = int(t[0])                            # fed back: the next forward conditions on it
         if not tokens:
             return choose(torch.zeros(0, self.target.config.vocab_size, device=device))
-        return torch.cat(tokens), torch.cat(probs)                                     # (n,), (n, V)
+        return torch.cat(tokens), None if probs[0] is None else torch.cat(probs)       # (n,), (n, V) or None (greedy)
 
     def forward(self, features, input_ids, anchors):
         """Teacher forcing, K chains per sequence in one pass -> logits (N, K, B, V) in Drafter.loss's layout:
