@@ -107,7 +107,8 @@ def test_drafter_forward_passes_per_draft_step_grow_with_k_for_ar_and_stay_one_f
             for k in range(1, 16):
                 c.n = 0
                 tokens, q = d.draft(cache, 6, k, GREEDY)
-                assert tokens.shape == (k,) and q.shape == (k, target.config.vocab_size), f"{name}: draft shapes"
+                assert tokens.shape == (k,), f"{name}: one token per drafted slot, got shape {tuple(tokens.shape)}"
+                assert q is None, f"{name}: greedy drafting should build no distribution q (nothing reads it)"
                 counts[name].append(c.n)
     assert counts["dflash"] == [1] * 15, f"DFlash drafts any block in one forward, counted {counts['dflash']}"
     assert counts["ar"] == list(range(1, 16)), f"AR drafting takes one forward per token, counted {counts['ar']}"
