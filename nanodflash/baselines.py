@@ -44,7 +44,7 @@ from dataclasses import replace
 import torch
 
 from . import checkpoint as ckpt
-from .bench import ForwardCounter, _median_time
+from .bench import AR_KS, ForwardCounter, _median_time
 from .drafter import Drafter, DrafterConfig, training_mask
 from .speculative import _chooser, generate
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
@@ -53,7 +53,6 @@ AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 # train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
 RECIPE = dict(steps=2500, batch_size=32, n_anchors=8, lr=3e-3, gamma=2.0, seed=1337)
 SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
-AR_KS = (3, 7, 15)          # drafted tokens per step for the AR rows (block_size k+1 in the loop)
 
 
 def causal_training_mask(anchors, seq_len, n_slots):
@@ -132,11 +131,7 @@ save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind
 
 def load_baseline(path, target, kind, device="cpu"):
     """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's checks."""
-    cls = KINDS[kind][0]
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{kind} baseline checkpoint not found: {path} (run `python -m nanodflash.baselines "
-                                f"--out {os.path.dirname(path) or '.'}` first)")
-    return ckpt.load_drafter(path, target, device, cls=cls, kind=kind,
+    return ckpt.load_drafter(path, target, device, cls=KINDS[kind][0], kind=kind, make="python -m nanodflash.baselines",
                              retrain="python -m nanodflash.baselines --out DIR --fresh")
 
 

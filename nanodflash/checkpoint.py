@@ -27,10 +27,10 @@ def atomic_save(obj, path):
     os.replace(tmp, path)
 
 
-def read(path, what):
-    """torch.load with messages that say what is wrong and what to do."""
+def read(path, what, make="python train_tiny.py"):
+    """torch.load with messages that say what is wrong and what to do (`make`: the command that writes it)."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{what} checkpoint not found: {path} (run `python train_tiny.py --out "
+        raise FileNotFoundError(f"{what} checkpoint not found: {path} (run `{make} --out "
                                 f"{os.path.dirname(path) or '.'}` first)")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
@@ -60,13 +60,14 @@ def save_drafter(path, drafter, history=None):
                  "history": history or {}}, path)
 
 
-def load_drafter(path, target, device="cpu", cls=Drafter, kind=None, retrain="rerun train_tiny.py, or delete it"):
+def load_drafter(path, target, device="cpu", cls=Drafter, kind=None, make="python train_tiny.py",
+                 retrain="rerun train_tiny.py, or delete it"):
     """Load a drafter onto `target`; refuse if it was trained against a different target.
 
     Baseline drafters (nanodflash.baselines) pass their class, the `kind` their checkpoint must record,
-    and how to retrain them."""
+    and the commands that make and retrain them."""
     what = f"{kind} baseline drafter" if kind else "drafter"
-    ck = read(path, what)
+    ck = read(path, what, make)
     if kind is not None and ck.get("kind") != kind:
         raise ValueError(f"{path} holds a {ck.get('kind', 'DFlash')!r} drafter, not a {kind!r} baseline")
     fp = target.fingerprint()

@@ -16,7 +16,6 @@ import sysconfig
 
 import torch
 
-BUILTIN_CORPORA = ("stdlib", "pydoc")
 STDLIB_CHARS = 1_000_000     # the stdlib corpus stops after the first module that reaches this many characters
 
 
@@ -46,13 +45,19 @@ def pydoc_corpus():
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
+BUILTIN_CORPORA = {"stdlib": stdlib_corpus, "pydoc": pydoc_corpus}     # --data NAME; the first is the default
+
+
 def load_corpus(path=None):
     """The corpus text: the embedded default ("stdlib") when path is None, a built-in corpus by name
     ("stdlib" or "pydoc"), or the UTF-8 file at `path`."""
-    if path is None or (path in BUILTIN_CORPORA and not os.path.exists(path)):
-        return pydoc_corpus() if path == "pydoc" else stdlib_corpus()
+    if path is None:
+        return stdlib_corpus()
+    if path in BUILTIN_CORPORA and not os.path.exists(path):
+        return BUILTIN_CORPORA[path]()
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--data file not found: {path} (or use a built-in corpus: {', '.join(BUILTIN_CORPORA)})")
+        raise FileNotFoundError(f"--data file not found: {path} "
+                                f"(or use a built-in corpus: {', '.join(BUILTIN_CORPORA)})")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
