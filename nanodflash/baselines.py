@@ -71,15 +71,14 @@ class ARDrafter(Drafter):
     kind = "ar"
 
     def draft(self, cache, anchor, n_draft, choose):
-        """n_draft tokens, one forward each; each forward appends the chain slot's K/V past cache.length
-        (so they are dropped when the next verified positions are written: the cache keeps context only)."""
-        start, device = cache.length, cache.k.device
+        """n_draft tokens, one forward each. The first forward also projects the queued context (as
+        DFlash's one pass does); each writes its chain slot's K/V past cache.length, as scratch that
+        later chain slots attend to and the next verified context overwrites."""
+        device = cache.k.device
         tokens, probs, token = [], [], anchor
         for j in range(n_draft):
             x = self.target.embed_tokens(torch.tensor([[token]], device=device))     # (1, 1, D)
-            cos, sin = self._rope(torch.tensor([start + j], device=device), x.dtype)  # (1, 1, hd)
-            for i, layer in enumerate(self.layers):      # gpt.Block: writes K/V at start+j, attends 0..start+j
-                x = layer(x, cos, sin, None, cache, i, start + j)
+            x = self.cached_pass(cache, x, offset=j)                                   # sees context + chain slots 0..j
             t, q = choose(self.target.lm_head(self.norm(x))[0])                        # (1, V) -> (1,), (1, V)
             tokens.append(t)
             probs.append(q)
@@ -115,7 +114,16 @@ class NoFeatureDrafter(Drafter):
     kind = "nofeat"
 
     def extend(self, cache, features, tokens=None):
-        cache.length += features.size(1)      # positions still advance (RoPE); no context K/V is stored
+        cache.length += features.size(1)      # positions still advance (RoPE); no context is kept
+
+    def block_logits(self, cache, block):
+        """The block attends to its own slots only, at the positions after the context."""
+        x = self.target.embed_tokens(block)                                               # (1, b, D)
+        cos, sin = self._rope(torch.arange(cache.length, cache.length + block.size(1), device=x.device), x.dtype)
+        none = x.new_zeros(1, self.config.n_kv_head, 0, self.config.head_dim)            # no context keys
+        for layer in self.layers:
+            x = self._layer(layer, x, none, none, cos, sin, None)
+        return self.target.lm_head(self.norm(x))
 
     def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
         S = ctx_k.size(2)                     # drop the context keys, and their columns of the training mask

@@ -16,7 +16,9 @@ mask. Positions are absolute (RoPE): context feature j sits at j, block slot i a
     keys:  K/V of every h_j (cached)          +         K/V of every block slot
     queries: block slots only; each block slot sees ALL context keys and ALL block keys
 
-During training, K blocks share one forward: block b (anchor a_b) sees context features j < a_b and
+At inference the context K/V are cached. The features of newly verified positions are queued by
+`extend` and projected by the next draft pass in the same matmuls as the block, so each speculative
+step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees context features j < a_b and
 its own slots, nothing of the other blocks (`training_mask`).
 """
 
@@ -72,6 +74,20 @@ def training_mask(anchors, seq_len, block_size):
     block_of = torch.arange(K, device=anchors.device).repeat_interleave(B)      # (K*B,)
     sees_block = (block_of[:, None] == block_of[None, :]).expand(N, -1, -1)     # (N, K*B, K*B)
     return torch.cat([sees_ctx, sees_block], dim=-1)
+
+
+class ContextCache(KVCache):
+    """The drafter's cache: K/V of the verified context, and `pending`, the features of the newest
+    verified positions (the last ones before `length`) whose K/V are not computed yet.
+
+    `extend` only queues features; the next drafting pass projects them together with the block, so a
+    speculative step costs ONE drafter pass (as in the paper's code). Drafted slots' K/V may sit past
+    `length` as scratch: never read as context, overwritten by the next write.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending = []                         # feature tensors (1, t, n_feat*D), oldest first
 
 
 @dataclass
@@ -136,33 +152,56 @@ class Drafter(nn.Module):
     def new_cache(self, max_len):
         """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block)."""
         p = next(self.parameters())
-        return KVCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype)
+        return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype)
 
     def extend(self, cache, features, tokens=None):
         """Append newly verified positions: features (1, t, n_feat*D) at positions cache.length... .
 
-        `tokens` (their ids) are part of the drafter protocol (an autoregressive drafter needs them);
-        DFlash conditions on the features alone.
+        Lazy: the features are queued and projected by the next drafting pass, in the same matmuls as
+        the block. `tokens` (their ids) are part of the drafter protocol (an autoregressive drafter
+        needs them); DFlash conditions on the features alone.
         """
-        start, t = cache.length, features.size(1)
-        h = self.hidden_norm(self.fc(features))                                  # (1, t, D)
-        cos, sin = self._rope(torch.arange(start, start + t, device=h.device), h.dtype)
+        if cache.length + features.size(1) > cache.max_len:
+            raise ValueError(f"drafter cache overflow: {cache.length + features.size(1)} positions > max_len={cache.max_len}")
+        cache.pending.append(features)
+        cache.length += features.size(1)
+
+    def flush(self, cache):
+        """Project the queued context now (drafting does it anyway); for looking at cache.k / cache.v."""
+        self.cached_pass(cache, None)
+
+    def cached_pass(self, cache, x, offset=0):
+        """One inference pass: x (1, b, D) holds the inputs of slots at positions cache.length + offset ...
+
+        The queued context features (t positions) ride along: their K/V are computed in the same
+        matmuls as x's and stored as context. x's own K/V are written past cache.length, as scratch
+        that the next write overwrites. Each slot of x sees every context position and every slot
+        written so far, x's included (bidirectional within x; an AR chain passes one slot at a time).
+        x=None: only project the queued context. Returns x after the layers, (1, b, D).
+        """
+        t = sum(f.size(1) for f in cache.pending)
+        if t and offset:
+            raise ValueError("queued context must be projected by the first pass of a draft (offset 0)")
+        rows = [self.hidden_norm(self.fc(torch.cat(cache.pending, dim=1)))] if t else []   # (1, t, D) context
+        cache.pending.clear()
+        b = 0 if x is None else x.size(1)
+        if t + b == 0:
+            return x
+        start = cache.length - t + offset                                        # position of the first row
+        cos, sin = self._rope(torch.arange(start, start + t + b, device=cache.k.device), cache.k.dtype)
         for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.key_value(h, cos, sin)
-            cache.write(i, start, k, v)
-        cache.length = start + t
+            h = [] if x is None else [layer.input_layernorm(x)]
+            k, v = layer.self_attn.key_value(torch.cat(rows + h, dim=1), cos, sin)   # context rows: fused features
+            k, v = cache.write(i, start, k, v)                                   # keys at positions 0 .. start+t+b-1
+            if x is not None:
+                q = layer.self_attn.query(h[0], cos[..., t:, :], sin[..., t:, :])   # queries: x's slots only
+                x = x + layer.self_attn.attend(q, k, v)
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return x
 
     def block_logits(self, cache, block):
-        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V).
-
-        The block's own K/V are never stored: the cache keeps only verified context.
-        """
-        start = cache.length
-        x = self.target.embed_tokens(block)                                      # (1, b, D)
-        cos, sin = self._rope(torch.arange(start, start + block.size(1), device=x.device), x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = self._layer(layer, x, cache.k[i, :, :, :start], cache.v[i, :, :, :start], cos, sin, None)
-        return self.target.lm_head(self.norm(x))
+        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""
+        return self.target.lm_head(self.norm(self.cached_pass(cache, self.target.embed_tokens(block))))
 
     def draft(self, cache, anchor, n_draft, choose):
         """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""

@@ -61,12 +61,19 @@ def test_training_forward_logits_equal_inference_logits_for_the_same_anchor(targ
 def test_context_extended_in_pieces_equals_context_extended_at_once(target, drafter):
     x = torch.randint(0, 62, (1, 30))
     _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
-    whole, pieces = drafter.new_cache(64), drafter.new_cache(64)
+    whole, pieces, flushed = drafter.new_cache(64), drafter.new_cache(64), drafter.new_cache(64)
     drafter.extend(whole, feats)
     for a, b in [(0, 7), (7, 8), (8, 30)]:
-        drafter.extend(pieces, feats[:, a:b])
+        drafter.extend(pieces, feats[:, a:b])                                   # queued, projected by the draft pass
+        drafter.extend(flushed, feats[:, a:b])
+        drafter.flush(flushed)                                                  # projected at once
     block = torch.tensor([[5] + [drafter.config.mask_token_id] * 15])
-    torch.testing.assert_close(drafter.block_logits(whole, block), drafter.block_logits(pieces, block), rtol=0, atol=1e-12)
+    ref = drafter.block_logits(whole, block)
+    torch.testing.assert_close(drafter.block_logits(pieces, block), ref, rtol=0, atol=1e-12,
+                               msg="context queued in pieces drafts differently from context given at once")
+    torch.testing.assert_close(drafter.block_logits(flushed, block), ref, rtol=0, atol=1e-12,
+                               msg="context projected before the draft pass drafts differently from context projected in it")
+    assert whole.length == pieces.length == flushed.length == 30, "the context length must count every verified position"
 
 
 def test_drafting_leaves_the_context_cache_untouched(target, drafter):
@@ -74,9 +81,10 @@ def test_drafting_leaves_the_context_cache_untouched(target, drafter):
     _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
     cache = drafter.new_cache(64)
     drafter.extend(cache, feats)
+    drafter.flush(cache)
     before = cache.k[:, :, :, :10].clone()
     drafter.block_logits(cache, torch.tensor([[3] + [drafter.config.mask_token_id] * 15]))
-    assert cache.length == 10, "drafting must not grow the context cache (block K/V are thrown away)"
+    assert cache.length == 10, "drafting must not grow the context cache (block K/V are scratch past its length)"
     assert torch.equal(cache.k[:, :, :, :10], before), "drafting must not alter cached context keys"
 
 
