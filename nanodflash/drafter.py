@@ -18,8 +18,8 @@ mask. Positions are absolute (RoPE): context feature j sits at j, block slot i a
 
 At inference the context K/V are cached. The features of newly verified positions are queued by
 `extend` and projected by the next draft pass in the same matmuls as the block, so each speculative
-step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees context features j < a_b and
-its own slots, nothing of the other blocks (`training_mask`).
+step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees
+context features j < a_b and its own slots, nothing of the other blocks (`training_mask`).
 """
 
 import math
@@ -141,10 +141,14 @@ class Drafter(nn.Module):
     def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
         """One drafter layer: queries from the block, keys/values = [injected context ; block]."""
         h = layer.input_layernorm(x)
-        q = layer.self_attn.query(h, cos, sin)
         k, v = layer.self_attn.key_value(h, cos, sin)
         k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)   # (B, Hkv, S+T, hd)
-        x = x + layer.self_attn.attend(q, k, v, mask)
+        return self._attend_mlp(layer, x, h, k, v, cos, sin, mask)
+
+    @staticmethod
+    def _attend_mlp(layer, x, h, k, v, cos, sin, mask):
+        """The rest of a layer once its keys/values are known: x's queries (from h = norm(x)) attend, then the MLP."""
+        x = x + layer.self_attn.attend(layer.self_attn.query(h, cos, sin), k, v, mask)
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
     # ---------------- inference: a cache of projected context K/V ----------------
@@ -193,10 +197,8 @@ class Drafter(nn.Module):
             h = [] if x is None else [layer.input_layernorm(x)]
             k, v = layer.self_attn.key_value(torch.cat(rows + h, dim=1), cos, sin)   # context rows: fused features
             k, v = cache.write(i, start, k, v)                                   # keys at positions 0 .. start+t+b-1
-            if x is not None:
-                q = layer.self_attn.query(h[0], cos[..., t:, :], sin[..., t:, :])   # queries: x's slots only
-                x = x + layer.self_attn.attend(q, k, v)
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            if x is not None:                                                    # queries: x's slots only
+                x = self._attend_mlp(layer, x, h[0], k, v, cos[..., t:, :], sin[..., t:, :], None)
         return x
 
     def block_logits(self, cache, block):
