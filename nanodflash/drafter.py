@@ -143,13 +143,7 @@ class Drafter(nn.Module):
         h = layer.input_layernorm(x)
         k, v = layer.self_attn.key_value(h, cos, sin)
         k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)   # (B, Hkv, S+T, hd)
-        return self._attend_mlp(layer, x, h, k, v, cos, sin, mask)
-
-    @staticmethod
-    def _attend_mlp(layer, x, h, k, v, cos, sin, mask):
-        """The rest of a layer once its keys/values are known: x's queries (from h = norm(x)) attend, then the MLP."""
-        x = x + layer.self_attn.attend(layer.self_attn.query(h, cos, sin), k, v, mask)
-        return x + layer.mlp(layer.post_attention_layernorm(x))
+        return layer.attend_mlp(x, h, k, v, cos, sin, mask)
 
     # ---------------- inference: a cache of projected context K/V ----------------
 
@@ -198,7 +192,7 @@ class Drafter(nn.Module):
             k, v = layer.self_attn.key_value(torch.cat(rows + h, dim=1), cos, sin)   # context rows: fused features
             k, v = cache.write(i, start, k, v)                                   # keys at positions 0 .. start+t+b-1
             if x is not None:                                                    # queries: x's slots only
-                x = self._attend_mlp(layer, x, h[0], k, v, cos[..., t:, :], sin[..., t:, :], None)
+                x = layer.attend_mlp(x, h[0], k, v, cos[..., t:, :], sin[..., t:, :], None)
         return x
 
     def block_logits(self, cache, block):

@@ -72,11 +72,15 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, mask, cache, layer, start):
         h = self.input_layernorm(x)
-        q = self.self_attn.query(h, cos, sin)
         k, v = self.self_attn.key_value(h, cos, sin)
         if cache is not None:
             k, v = cache.write(layer, start, k, v)
-        x = x + self.self_attn.attend(q, k, v, mask)
+        return self.attend_mlp(x, h, k, v, cos, sin, mask)
+
+    def attend_mlp(self, x, h, k, v, cos, sin, mask):
+        """The rest of the layer once its keys/values are known: x's queries (from h = norm(x)) attend, then the MLP.
+        (The drafter calls it too, with keys it assembles itself: injected context + block.)"""
+        x = x + self.self_attn.attend(self.self_attn.query(h, cos, sin), k, v, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
