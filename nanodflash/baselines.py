@@ -139,8 +139,9 @@ save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind
 
 def load_baseline(path, target, kind, device="cpu"):
     """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's checks."""
-    return ckpt.load_drafter(path, target, device, cls=KINDS[kind][0], kind=kind, make="python -m nanodflash.baselines",
-                             retrain="python -m nanodflash.baselines --out DIR --fresh")
+    make = "python -m nanodflash.baselines"
+    return ckpt.load_drafter(path, target, device, cls=KINDS[kind][0], kind=kind, make=make,
+                             retrain=f"{make} --out DIR --fresh")
 
 
 def load_present(out_dir, target, device="cpu"):

@@ -45,14 +45,15 @@ def pydoc_corpus():
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
-BUILTIN_CORPORA = {"stdlib": stdlib_corpus, "pydoc": pydoc_corpus}     # --data NAME; the first is the default
+BUILTIN_CORPORA = {"stdlib": stdlib_corpus, "pydoc": pydoc_corpus}     # --data NAME
+DEFAULT_CORPUS = "stdlib"
 
 
 def load_corpus(path=None):
     """The corpus text: the embedded default ("stdlib") when path is None, a built-in corpus by name
     ("stdlib" or "pydoc"), or the UTF-8 file at `path`."""
-    if path is None:
-        return stdlib_corpus()
+    if path is None:                     # by name, not via the lookup below: a local file called "stdlib" never wins
+        return BUILTIN_CORPORA[DEFAULT_CORPUS]()
     if path in BUILTIN_CORPORA and not os.path.exists(path):
         return BUILTIN_CORPORA[path]()
     if not os.path.isfile(path):
