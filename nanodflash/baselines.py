@@ -46,7 +46,8 @@ import torch
 from . import checkpoint as ckpt
 from .bench import AR_KS, ForwardCounter, _median_time
 from .drafter import Drafter, DrafterConfig, training_mask
-from .speculative import _chooser, generate
+from .sampling import DraftRule
+from .speculative import generate
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
@@ -182,7 +183,7 @@ def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
     device = next(target.parameters()).device
     context_len = context_len or len(prompt) + 48
     context = prompt + generate(target, prompt, context_len - len(prompt))
-    choose = _chooser(0.0, None, None, False, None)                                   # greedy, as in the loop
+    choose = DraftRule(0.0)                                   # greedy, as in the loop
     n_max = min(d.config.block_size for d in drafters.values()) - 1
     curve = dict(context_len=context_len, n_draft=list(range(1, n_max + 1)), seconds={}, forwards={})
     for name, d in drafters.items():

@@ -35,7 +35,8 @@ import torch
 
 from .checkpoint import load
 from .data import load_corpus, split_train_val
-from .speculative import _chooser, generate, speculative_generate
+from .sampling import DraftRule
+from .speculative import generate, speculative_generate
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # prompt + new tokens = the drafter's training length
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
@@ -202,7 +203,7 @@ def step_costs(target, drafter, prompt, context_len=None, block_size=16, n=N_TIM
     ctx = torch.tensor([context], device=device)                                 # (1, context_len)
     _, feats = target(ctx, cache, layer_ids=ids)
     drafter.extend(dcache, feats, ctx)
-    L, choose = cache.length, _chooser(0.0, None, None, False, None)             # greedy, as in the loop
+    L, choose = cache.length, DraftRule(0.0)             # greedy, as in the loop
     block = torch.tensor([context[-B:]], device=device)                          # (1, B): any B tokens
 
     def draft():

@@ -5,6 +5,8 @@ drafter's, so that p and q in the acceptance rule are the distributions actually
 temperature == 0 means greedy: the distribution is one-hot on the argmax.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 
@@ -55,3 +57,30 @@ def sample(probs, generator=None):
     """Draw one token id per row of probs (..., V) -> (...,) LongTensor."""
     flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
     return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+
+
+@dataclass
+class DraftRule:
+    """How a drafter turns its scores into draft tokens, and the distribution q they were drawn from.
+
+    Greedy (temperature 0): the argmax, and no q (the greedy verifier never looks at q, so none is built
+    on that hot path). Sampling: q = the same temperature/top-k/top-p transform as the target's p; the
+    drafts are samples of q when `sample_drafts` (the rejection verifier), else q's argmax (match).
+
+    >>> tokens, q = DraftRule(0.0)(torch.tensor([[0.0, 3.0, 1.0]]))
+    >>> tokens, q
+    (tensor([1]), None)
+    """
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+    sample_drafts: bool = False
+    generator: torch.Generator = None
+
+    def __call__(self, logits):
+        """logits (n, V) -> (tokens (n,), q (n, V) float64 or None)."""
+        logits = logits.detach().cpu()                                       # one copy off the device
+        if self.temperature == 0:
+            return logits.argmax(-1), None
+        q = probs_from_logits(logits, self.temperature, self.top_k, self.top_p)    # (n, V)
+        return (sample(q, self.generator) if self.sample_drafts else logits.argmax(-1)), q

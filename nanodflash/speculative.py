@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import check_sampling_args, next_token, probs_from_logits, sample
+from .sampling import DraftRule, check_sampling_args, next_token, probs_from_logits
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
@@ -84,19 +84,6 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
         logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)
 
 
-def _chooser(temperature, top_k, top_p, sample_drafts, generator):
-    """The drafter's rule for turning its logits (n, V) into draft tokens (n,) and their distribution q
-    (None when greedy: the greedy verifier never looks at q, so none is built on that hot path)."""
-    def choose(logits):
-        logits = logits.detach().cpu()                                              # one copy off the device
-        if temperature == 0:
-            return logits.argmax(-1), None
-        q = probs_from_logits(logits, temperature, top_k, top_p)                    # (n, V)
-        tokens = sample(q, generator) if sample_drafts else logits.argmax(-1)
-        return tokens, q
-    return choose
-
-
 def _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
     """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable."""
     if temperature == 0:
@@ -124,7 +111,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     # drafts are the drafter's argmax, except for rejection sampling (a custom verifier callable may
     # ask for sampled drafts with an attribute `samples_drafts = True`)
     sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and not greedy
-    choose = _chooser(temperature, top_k, top_p, sample_drafts, generator)
+    choose = DraftRule(temperature, top_k, top_p, sample_drafts, generator)
     cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
     stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
     logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features

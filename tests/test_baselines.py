@@ -11,11 +11,12 @@ import torch
 from conftest import tiny_drafter, tiny_target
 from nanodflash import baselines, bench
 from nanodflash.baselines import ARDrafter, DraftForwardCounter, NoFeatureDrafter, causal_training_mask
-from nanodflash.speculative import _chooser, generate, speculative_generate
+from nanodflash.sampling import DraftRule
+from nanodflash.speculative import generate, speculative_generate
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GREEDY = _chooser(0.0, None, None, False, None)
+GREEDY = DraftRule(0.0)
 
 
 def ar_drafter(target, seed=1, block_size=16, n_layer=1):
