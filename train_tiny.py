@@ -18,6 +18,7 @@ import torch
 
 from nanodflash import baselines, checkpoint as ckpt
 from nanodflash.data import check_enough, load_corpus, split_train_val
+from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.speculative import generate, speculative_generate
@@ -38,7 +39,9 @@ N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96
 GEN_TEMPERATURE = 0.0    # 0 = greedy continuations; >0 samples them (for --temperature users)
 GEN_BATCH = 256          # sequences generated in parallel (one KV cache per batch)
 # drafter
+DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K candidate selector; dflash: DFlash 1
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
+SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (DESIGN §1b)
 # target layers whose outputs feed the drafter: spread over the whole depth, last layer included
 # (the paper's rule, 1..L-3, would give 1,5,9 here; "" uses it)
 TARGET_LAYER_IDS = "1,6,11"
@@ -50,6 +53,8 @@ DECODE_THREADS = 1       # batch-1 decoding of tiny models is overhead-bound: ex
 # summary
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 16, 96
 SEED = 1337
+
+DRAFTER_CLASSES = {"dflash": (Drafter, DrafterConfig), "dflash2": (DFlash2Drafter, DFlash2Config)}
 
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
@@ -78,7 +83,14 @@ def parse_args(argv=None):
     a("--prompt_len", type=int, default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
     a("--gen_len", type=int, default=GEN_LEN, help="tokens the target generates per sequence")
     a("--gen_temperature", type=float, default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
+    a("--drafter", default=DRAFTER, choices=sorted(DRAFTER_CLASSES),
+      help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
     a("--draft_layers", type=int, default=DRAFT_LAYERS, help="drafter depth")
+    a("--selector_top_k", type=int, default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot (default: %(default)s)")
+    a("--selector_rank", type=int, default=SELECTOR_RANK, help="DFlash 2: rank of the predecessor x candidate "
+      "term (default: %(default)s)")
+    a("--conv_kernel_size", type=int, default=CONV_KERNEL, help="DFlash 2: taps of the in-block convolutions, 1 = "
+      "none mixing across slots (default: %(default)s)")
     a("--target_layer_ids", default=TARGET_LAYER_IDS,
       help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
     a("--gen_batch", type=int, default=GEN_BATCH, help="sequences generated in parallel for the drafter data")
@@ -95,6 +107,9 @@ def parse_args(argv=None):
         for k, v in SMOKE.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)
+    for flag in ("selector_top_k", "selector_rank", "conv_kernel_size"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args
@@ -196,12 +211,19 @@ def main(argv=None):
     if os.path.exists(path["drafter"]):
         print(f"[drafter] found {path['drafter']}, skipping")
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
+        if (drafter.kind or "dflash") != args.drafter:
+            raise ValueError(f"{path['drafter']} holds a {drafter.kind or 'dflash'} drafter, not the --drafter "
+                             f"{args.drafter} asked for; delete it to train one on the same target")
         draft_hist = ck["history"]
     else:
-        dcfg = DrafterConfig.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size)
+        cls, config_cls = DRAFTER_CLASSES[args.drafter]
+        extra = {} if args.drafter == "dflash" else dict(selector_top_k=args.selector_top_k, conv_kernel_size=
+                                                        args.conv_kernel_size, selector_rank=args.selector_rank)
+        dcfg = config_cls.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
+                                     **extra)
         if args.target_layer_ids:
             dcfg.target_layer_ids = parse_layer_ids(args.target_layer_ids, target.config.n_layer)
-        drafter = Drafter(dcfg, target).to(args.device)
+        drafter = cls(dcfg, target).to(args.device)
         print(f"[drafter] {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M parameters: {dcfg}")
         min_anchor = data["prompt_len"] - 1           # blocks predict target-generated tokens only
 

@@ -4,7 +4,7 @@ An output folder written by `train_tiny.py --out DIR` holds:
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
     target.pt       {"config", "model", "tokenizer", "history"}
     data.pt         target-generated sequences the drafter trains on
-    drafter.pt      {"config", "model", "target_fingerprint", "history"}
+    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind None = DFlash, "dflash2"
 """
 
 import os
@@ -12,11 +12,13 @@ from dataclasses import asdict
 
 import torch
 
-from .drafter import Drafter, DrafterConfig
+from .dflash2 import DFlash2Drafter
+from .drafter import Drafter
 from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
+DRAFTER_KINDS = {None: Drafter, "dflash2": DFlash2Drafter}     # what drafter.pt may hold (checkpoint "kind")
 
 
 def atomic_save(obj, path):
@@ -54,27 +56,32 @@ def load_target(path, device="cpu"):
 
 
 def save_drafter(path, drafter, history=None):
-    """Write a drafter with the fingerprint of its target; `kind` is None for DFlash, "ar"/"nofeat" for baselines."""
+    """Write a drafter with the fingerprint of its target; `kind` is None for DFlash, "dflash2" for DFlash 2,
+    "ar"/"nofeat" for baselines."""
     atomic_save({"kind": getattr(drafter, "kind", None), "config": asdict(drafter.config),
                  "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
                  "history": history or {}}, path)
 
 
-def load_drafter(path, target, device="cpu", cls=Drafter, kind=None, make="python train_tiny.py",
+def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python train_tiny.py",
                  retrain="rerun train_tiny.py, or delete it"):
     """Load a drafter onto `target`; refuse if it was trained against a different target.
 
-    Baseline drafters (nanodflash.baselines) pass their class, the `kind` their checkpoint must record,
-    and the commands that make and retrain them."""
+    Without `cls`, the checkpoint's kind picks the class (DFlash or DFlash 2, DRAFTER_KINDS). Baseline
+    drafters (nanodflash.baselines) pass their class, the `kind` their checkpoint must record, and the
+    commands that make and retrain them."""
     what = f"{kind} baseline drafter" if kind else "drafter"
     ck = read(path, what, make)
+    if cls is None and ck.get("kind") not in DRAFTER_KINDS:
+        raise ValueError(f"{path} holds a {ck.get('kind')!r} baseline drafter, not a DFlash or DFlash 2 drafter")
     if kind is not None and ck.get("kind") != kind:
-        raise ValueError(f"{path} holds a {ck.get('kind', 'DFlash')!r} drafter, not a {kind!r} baseline")
+        raise ValueError(f"{path} holds a {ck.get('kind') or 'dflash'!r} drafter, not a {kind!r} baseline")
+    cls = cls or DRAFTER_KINDS[ck.get("kind")]
     fp = target.fingerprint()
     if ck["target_fingerprint"] != fp:
         raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, but this target "
                          f"is {fp}; retrain it ({retrain})")
-    drafter = cls(DrafterConfig(**ck["config"]), target)
+    drafter = cls(cls.config_class(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
     return drafter.to(device).eval(), ck
 

@@ -117,6 +117,9 @@ class DrafterConfig:
 
 
 class Drafter(nn.Module):
+    kind = None                                   # the checkpoint's "kind" (None = DFlash; see checkpoint.py)
+    config_class = DrafterConfig
+
     def __init__(self, config, target):
         super().__init__()
         c = self.config = config
@@ -140,9 +143,18 @@ class Drafter(nn.Module):
 
     def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
         """One drafter layer: queries from the block, keys/values = [injected context ; block]."""
-        h = layer.input_layernorm(x)
+        h, state = self._attn_input(layer, x)
         k, v = layer.self_attn.key_value(h, cos, sin)
         k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)   # (B, Hkv, S+T, hd)
+        return self._attend_mlp(layer, x, h, state, k, v, cos, sin, mask)
+
+    # The two places where a DFlash 2 drafter (dflash2.py) adds its in-block convolutions:
+    def _attn_input(self, layer, x):
+        """The block's input to attention, norm(x), and state for `_attend_mlp` (none in DFlash 1)."""
+        return layer.input_layernorm(x), None
+
+    def _attend_mlp(self, layer, x, h, state, k, v, cos, sin, mask):
+        """The rest of the layer once its keys/values are known (gpt.Block's attention + MLP)."""
         return layer.attend_mlp(x, h, k, v, cos, sin, mask)
 
     # ---------------- inference: a cache of projected context K/V ----------------
@@ -188,16 +200,21 @@ class Drafter(nn.Module):
         start = cache.length - t + offset                                        # position of the first row
         cos, sin = self._rope(torch.arange(start, start + t + b, device=cache.k.device), cache.k.dtype)
         for i, layer in enumerate(self.layers):
-            h = [] if x is None else [layer.input_layernorm(x)]
+            h, state = ([], None) if x is None else self._attn_input(layer, x)
+            h = [] if x is None else [h]
             k, v = layer.self_attn.key_value(torch.cat(rows + h, dim=1), cos, sin)   # context rows: fused features
             k, v = cache.write(i, start, k, v)                                   # keys at positions 0 .. start+t+b-1
             if x is not None:                                                    # queries: x's slots only
-                x = layer.attend_mlp(x, h[0], k, v, cos[..., t:, :], sin[..., t:, :], None)
+                x = self._attend_mlp(layer, x, h[0], state, k, v, cos[..., t:, :], sin[..., t:, :], None)
         return x
+
+    def block_hidden(self, cache, block):
+        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D), one pass."""
+        return self.norm(self.cached_pass(cache, self.target.embed_tokens(block)))
 
     def block_logits(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""
-        return self.target.lm_head(self.norm(self.cached_pass(cache, self.target.embed_tokens(block))))
+        return self.target.lm_head(self.block_hidden(cache, block))
 
     def draft(self, cache, anchor, n_draft, choose):
         """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
@@ -210,6 +227,10 @@ class Drafter(nn.Module):
 
     def forward(self, features, input_ids, anchors):
         """features (N, S, F), input_ids (N, S), anchors (N, K) with anchors <= S-B -> logits (N, K, B, V)."""
+        return self.target.lm_head(self.hidden(features, input_ids, anchors))
+
+    def hidden(self, features, input_ids, anchors):
+        """The training forward up to the final norm: hidden states (N, K, B, D) of every block slot."""
         N, S, _ = features.shape
         K, B = anchors.size(1), self.config.block_size
         h = self.hidden_norm(self.fc(features))                                  # (N, S, D)
@@ -223,14 +244,31 @@ class Drafter(nn.Module):
         for layer in self.layers:
             ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
             x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
-        return self.target.lm_head(self.norm(x)).view(N, K, B, -1)               # (N, K*B, V) -> (N, K, B, V)
+        return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
 
     def loss(self, features, input_ids, anchors, weights):
-        """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0."""
+        """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0.
+
+        Returns (loss, out): out["logits"] (N, K, B, V), out["labels"] (N, K, B) = x_{a+k}, out["pred"]
+        (N, K, B) the tokens the drafter would draft given the true tokens before them (here the argmax)."""
         logits = self(features, input_ids, anchors)                               # (N, K, B, V)
-        B = self.config.block_size
-        label_pos = anchors[:, :, None] + torch.arange(B, device=anchors.device)  # (N, K, B)
-        labels = torch.gather(input_ids, 1, label_pos.flatten(1)).view_as(label_pos)
-        ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view_as(labels)
-        w = weights.to(ce.device).expand_as(ce)
-        return (ce * w).sum() / w.sum(), logits, labels
+        labels = block_labels(input_ids, anchors, self.config.block_size)
+        loss = weighted_cross_entropy(logits, labels, weights)
+        return loss, dict(logits=logits, labels=labels, pred=logits.argmax(-1), loss=loss.detach())
+
+
+def block_labels(input_ids, anchors, block_size):
+    """x_{a+k} for every block slot k = 0..B-1: input_ids (N, S), anchors (N, K) -> (N, K, B)."""
+    label_pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, K, B)
+    return torch.gather(input_ids, 1, label_pos.flatten(1)).view_as(label_pos)
+
+
+def weighted_cross_entropy(logits, labels, weights, keep=None):
+    """sum_k w_k CE(logits_k, labels_k) / sum_k w_k over slots (..., B); `keep` (bool, like labels) leaves slots out.
+
+    logits (..., B, C), labels (..., B), weights (B,)."""
+    ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
+    w = weights.to(ce.device).expand_as(ce)
+    if keep is not None:
+        w = w * keep
+    return (ce * w).sum() / w.sum().clamp_min(1e-12)

@@ -129,7 +129,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         n_acc, bonus = _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator)
         cache.crop(start + 1 + n_acc)                                            # keep anchor + accepted drafts
         t2 = time.perf_counter()
-        drafter.extend(dcache, feats[:, : 1 + n_acc], block[:, : 1 + n_acc])     # their features become context
+        drafter.extend(dcache, feats if feats is None else feats[:, : 1 + n_acc], block[:, : 1 + n_acc])  # -> context
         new = drafts[:n_acc].tolist() + [bonus]
         new = new[: _first_stop(new, stops)]                                     # stop right after a stop token
         out += new

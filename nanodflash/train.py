@@ -43,8 +43,8 @@ class Progress:
 
 def make_optimizer(params, lr, weight_decay=0.1):
     params = [p for p in params if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]          # matrices decay; norms' gains do not
-    no_decay = [p for p in params if p.dim() < 2]
+    decay = [p for p in params if p.dim() == 2]          # matrices decay; norms' gains (1-D) and DFlash 2's
+    no_decay = [p for p in params if p.dim() != 2]       # identity-initialised conv kernels (3-D) do not
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
 

@@ -19,6 +19,8 @@ from .sampling import next_token
 from .speculative import speculative_generate
 from .train import Progress, lr_at, make_optimizer
 
+PARTS = ("dflash_loss", "selector_loss", "recall")    # extra numbers a drafter's loss() may report (DFlash 2)
+
 
 @torch.no_grad()
 def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0, top_k=None,
@@ -83,45 +85,54 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
         x = seqs[rows].to(device)                                              # (N, S)
         feats = all_feats[rows].to(device) if all_feats is not None else target_features(target, x, c.target_layer_ids)
         anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
-        loss, _, _ = drafter.loss(feats, x, anchors, weights)
+        loss, out = drafter.loss(feats, x, anchors, weights)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
         opt.step()
         history["step"].append(step + 1)
         history["loss"].append(loss.item())
-        extra = ""
+        parts = {k: float(out[k]) for k in PARTS if k in out}                   # DFlash 2: its two losses, recall
+        for k, v in parts.items():
+            history.setdefault(k, []).append(v)
+        extra = "".join(f" | {k} {v:.3f}" for k, v in parts.items()) if step % log_every == 0 else ""
         if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
             drafter.eval()
             result = eval_fn(drafter)
             drafter.train()
             history["eval"].append({"step": step + 1, **result})
-            extra = " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
+            extra += " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
         progress.step(step, loss.item(), lr_at(step, steps, lr), batch_size * n_anchors * c.block_size, extra)
     drafter.eval()
     return history
 
 
 @torch.no_grad()
-def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=16):
-    """Per-slot accuracy (slots 1..B-1) and the expected acceptance length, on held-out sequences.
+def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=16, top_k=16):
+    """Per-slot accuracy (slots 1..B-1), top-k recall and the expected acceptance length, on held-out sequences.
 
-    Expected τ counts, per block, 1 + the number of leading slots that are all correct.
+    Accuracy: the drafted token (given the true tokens before it) is the target's. Recall: the target's
+    token is among the drafter's top_k logits (a perfect top-k selector's accuracy). Expected τ counts,
+    per block, 1 + the number of leading slots that are all correct.
     """
     g = torch.Generator().manual_seed(seed)
     c, device = drafter.config, next(drafter.parameters()).device
     weights = loss_decay_weights(c.block_size).to(device)
-    correct, prefix, blocks = torch.zeros(c.block_size - 1), 0.0, 0
+    correct, recall, prefix, blocks = torch.zeros(c.block_size - 1), torch.zeros(c.block_size - 1), 0.0, 0
     for b0 in range(0, seqs.size(0), batch_size):
         x = seqs[b0: b0 + batch_size].to(device)
         feats = target_features(drafter.target, x, c.target_layer_ids)
         anchors = sample_anchors(x.size(0), n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
-        _, logits, labels = drafter.loss(feats, x, anchors, weights)
-        hit = (logits.argmax(-1) == labels)[..., 1:].float().cpu()             # (N, K, B-1)
+        _, out = drafter.loss(feats, x, anchors, weights)
+        labels = out["labels"]
+        hit = (out["pred"] == labels)[..., 1:].float().cpu()                   # (N, K, B-1)
+        top = out["logits"].topk(top_k, dim=-1).indices                        # (N, K, B, top_k)
+        recall += (top == labels[..., None]).any(-1)[..., 1:].float().sum((0, 1)).cpu()
         correct += hit.sum((0, 1))
         prefix += hit.cumprod(-1).sum().item()
         blocks += hit.shape[0] * hit.shape[1]
-    return {"slot_acc": (correct / blocks).tolist(), "expected_tau": 1 + prefix / blocks}
+    return {"slot_acc": (correct / blocks).tolist(), "slot_recall": (recall / blocks).tolist(),
+            "expected_tau": 1 + prefix / blocks}
 
 
 def measure_tau(drafter, prompts, max_new_tokens, block_size=None, **kw):

@@ -102,7 +102,8 @@ def test_loss_is_the_decay_weighted_cross_entropy_against_x_a_to_x_a_plus_b(targ
     _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
     anchors = torch.tensor([[3, 20]])
     w_real = loss_decay_weights(16)
-    loss, logits, labels = drafter.loss(feats, x, anchors, w_real)
+    loss, out = drafter.loss(feats, x, anchors, w_real)
+    logits, labels = out["logits"], out["labels"]
     assert torch.equal(labels[0, 0], x[0, 3:19]) and torch.equal(labels[0, 1], x[0, 20:36]), "labels must be x[a : a+B]"
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view(1, 2, 16)
     manual = (ce * w_real).sum() / (2 * w_real.sum())

@@ -1,0 +1,195 @@
+"""DFlash 2: the DFlash drafter plus two cheap pieces that make a block's drafts agree with each other.
+
+A DFlash 1 slot drafts its argmax without knowing what the slots before it drafted, so a block can read
+"x = x = x" even when the drafter "knows" the continuation. DFlash 2 keeps ONE drafter pass per step and adds:
+
+1. In-block dynamic causal convolutions (`GroupedDynamicCausalConv`), around attention and around the MLP
+   of every drafter layer. For a sublayer f with pre-norm input u (block slots only, never the context):
+       u~_t = sum_{j<k} (base_in[j]  + delta_in[t, j])  * u_{t-j}         (zero before slot 0)
+       y~_t = sum_{j<k} (base_out[j] + delta_out[t, j]) * f(u~)_{t-j}     and the residual adds y~
+   base_* are per-channel kernels (k, D); delta_* come from one bias-free linear map of u_t, one value per
+   tap and per group of `conv_group_size` channels. Causal inside the block, and in training the K blocks
+   of a sequence never read each other. Initialised as the identity (base tap 0 = 1, the rest 0).
+
+2. A top-K candidate selector (`CandidateSelector`) after the LM head. Slot t's candidates C_t are the
+   top-K drafter logits, with unary scores U_t; walking left to right from the anchor,
+       score_t(c) = U_t(c) + < A[prev] * P h_t , Bk[c] >       prev = the token chosen at slot t-1
+   with codebooks A (predecessor), Bk (successor) of rank r and P: D -> r. Bk starts at 0, so a fresh
+   selector drafts the plain argmax: a fresh DFlash 2 drafter drafts exactly what DFlash 1 drafts.
+
+Everything that can be batched is: one pass gives every slot's candidates, and one small matmul gives the
+score of every candidate after every possible predecessor (a (n, K, K) table). The walk that remains is
+n lookups into that table. Parameter names follow the official checkpoints (DESIGN §1b).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .drafter import Drafter, DrafterConfig, block_labels, weighted_cross_entropy
+from .sampling import probs_from_logits
+
+
+@dataclass
+class DFlash2Config(DrafterConfig):
+    conv_kernel_size: int = 2       # taps of the in-block convolutions (2 in released models)
+    conv_group_size: int = 16       # channels sharing one dynamic tap value
+    selector_rank: int = 64         # rank r of the predecessor x candidate term
+    selector_top_k: int = 16        # candidates per slot
+    selector_weight: float = 1.0    # alpha: loss = DFlash loss + alpha * selector loss
+
+
+class GroupedDynamicCausalConv(nn.Module):
+    """The convolution pair around one sublayer: `prepare` mixes its input, `finish` its output."""
+
+    def __init__(self, dim, kernel_size, group_size, block_size):
+        super().__init__()
+        if dim % group_size:
+            raise ValueError(f"conv_group_size {group_size} must divide the width {dim}")
+        self.kernel_size, self.group_size, self.block_size = kernel_size, group_size, block_size
+        self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, dim))      # [in, out] x taps x channels
+        with torch.no_grad():
+            self.base_kernel[:, 0] = 1.0                                        # identity: tap 0 passes through
+        self.kernel_projection = nn.Linear(dim, 2 * kernel_size * (dim // group_size), bias=False)
+        nn.init.zeros_(self.kernel_projection.weight)                          # no dynamic part at first
+
+    def _convolve(self, x, dynamic, base):
+        """x (N, T, D) holding T/s blocks of s = min(T, block_size) slots; dynamic (N, T, k, G); base (k, D)."""
+        N, T, D = x.shape
+        s = min(T, self.block_size)
+        G = D // self.group_size
+        blocks = x.reshape(N * T // s, s, G, self.group_size)                  # (N, T, D) -> (N*T/s, s, G, D/G)
+        dyn = dynamic.reshape(N * T // s, s, self.kernel_size, G, 1)           # (N, T, k, G) -> (N*T/s, s, k, G, 1)
+        out = torch.zeros_like(blocks)
+        for j in range(min(self.kernel_size, s)):                               # tap j reads slot t - j
+            shifted = F.pad(blocks[:, : s - j], (0, 0, 0, 0, j, 0))              # zeros before slot 0 of EACH block
+            out = out + (base[j].view(G, self.group_size) + dyn[:, :, j]) * shifted
+        return out.reshape(N, T, D)                                             # (N*T/s, s, G, D/G) -> (N, T, D)
+
+    def prepare(self, u):
+        """u (N, T, D), the sublayer's pre-norm input -> (mixed input, the output taps for `finish`)."""
+        dynamic = self.kernel_projection(u).view(*u.shape[:-1], 2, self.kernel_size, -1)  # (N, T, 2, k, G)
+        return self._convolve(u, dynamic[..., 0, :, :], self.base_kernel[0]), dynamic[..., 1, :, :]
+
+    def finish(self, y, dynamic):
+        return self._convolve(y, dynamic, self.base_kernel[1])
+
+
+class CandidateSelector(nn.Module):
+    def __init__(self, vocab_size, dim, rank, top_k):
+        super().__init__()
+        self.top_k = top_k
+        self.predecessor_codebook = nn.Embedding(vocab_size, rank)
+        self.successor_codebook = nn.Embedding(vocab_size, rank)
+        self.hidden_projection = nn.Linear(dim, rank, bias=False)
+        nn.init.normal_(self.predecessor_codebook.weight, std=1.0 / math.sqrt(rank))
+        nn.init.zeros_(self.successor_codebook.weight)                         # starts as the plain argmax
+        nn.init.normal_(self.hidden_projection.weight, std=0.02)
+
+    def candidates(self, logits):
+        """logits (..., V) -> unary scores and candidate ids (..., K), best first."""
+        return logits.topk(min(self.top_k, logits.size(-1)), dim=-1)
+
+    def scores(self, hidden, logits, prev):
+        """Teacher-forced form: slot hidden (..., D), logits (..., V), predecessor ids (...)
+        -> (candidates (..., K), scores (..., K))."""
+        unary, cand = self.candidates(logits)
+        query = self.predecessor_codebook(prev) * self.hidden_projection(hidden)          # (..., r)
+        pair = (self.successor_codebook(cand) @ query.unsqueeze(-1)).squeeze(-1)          # (..., K, r) @ (..., r, 1)
+        return cand, unary + pair
+
+    def transition_table(self, hidden, logits, anchor):
+        """Inference form for one block: hidden (n, D), logits (n, V) of slots 1..n, anchor id ->
+        candidates (n, K) and table (n, K, K): table[t, i, c] = score of candidate c at slot t+1 when the
+        token before it is candidate i of slot t (for the first slot, the anchor: every row i is the same)."""
+        unary, cand = self.candidates(logits)                                    # (n, K), (n, K)
+        succ = self.successor_codebook(cand) * self.hidden_projection(hidden)[:, None]   # (n, K, r): Bk[c] * P h_t
+        prev = torch.cat([self.predecessor_codebook.weight[anchor].expand(1, cand.size(1), -1),
+                          self.predecessor_codebook(cand[:-1])])               # (n, K, r): A of each possible prev
+        return cand, unary[:, None, :] + prev @ succ.transpose(1, 2)            # (n, K, r) @ (n, r, K) -> (n, K, K)
+
+    @staticmethod
+    def walk(cand, table, rule, vocab_size):
+        """Choose one candidate per slot, left to right. rule: a sampling.DraftRule (or any callable: greedy).
+
+        Greedy (T = 0, or drafts that are not sampled): the argmax after the chosen predecessor, q = None.
+        Sampling (the rejection verifier): draw from q_t = transform(scores after the drawn predecessor),
+        and return q_t scattered into the vocabulary (zero outside C_t). Returns (tokens (n,), q (n, V) or None).
+        """
+        cand, table = cand.cpu(), table.detach().cpu()
+        n, K = cand.shape
+        temperature = getattr(rule, "temperature", 0.0)
+        if temperature == 0 or not getattr(rule, "sample_drafts", False):
+            rows, i = table.numpy(), 0
+            path = []
+            for t in range(n):
+                i = int(rows[t, i].argmax())
+                path.append(i)
+            return cand[torch.arange(n), torch.tensor(path, dtype=torch.long)], None
+        probs = probs_from_logits(table, temperature, rule.top_k, rule.top_p)     # (n, K, K) float64
+        cdf = probs.cumsum(-1).numpy()
+        u = torch.rand(n, generator=rule.generator, dtype=torch.float64).numpy()  # one uniform per slot
+        path, i = [], 0
+        for t in range(n):                                                       # inverse-CDF draw from row i
+            i = min(int((cdf[t, i] <= u[t] * cdf[t, i, -1]).sum()), K - 1)
+            path.append(i)
+        prev = torch.tensor([0] + path[:-1])
+        q_rows = probs[torch.arange(n), prev]                                    # (n, K): q_t after the drawn prev
+        q = torch.zeros(n, vocab_size, dtype=torch.float64).scatter(1, cand, q_rows)   # (n, V)
+        return cand[torch.arange(n), torch.tensor(path)], q
+
+
+class DFlash2Drafter(Drafter):
+    """The DFlash drafter with in-block convolutions in every layer and a candidate selector on top."""
+    kind = "dflash2"
+    config_class = DFlash2Config
+
+    def __init__(self, config, target):
+        super().__init__(config, target)
+        c = config
+        for layer in self.layers:                       # names as in the official checkpoints
+            layer.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+            layer.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+        self.candidate_selector = CandidateSelector(target.config.vocab_size, c.n_embd, c.selector_rank,
+                                                    c.selector_top_k)
+
+    def _attn_input(self, layer, x):
+        return layer.attention_conv.prepare(layer.input_layernorm(x))          # (mixed input, output taps)
+
+    def _attend_mlp(self, layer, x, h, taps, k, v, cos, sin, mask):
+        y = layer.self_attn.attend(layer.self_attn.query(h, cos, sin), k, v, mask)
+        x = x + layer.attention_conv.finish(y, taps)
+        u, taps = layer.mlp_conv.prepare(layer.post_attention_layernorm(x))
+        return x + layer.mlp_conv.finish(layer.mlp(u), taps)
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
+        block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
+        block[0, 0] = anchor
+        hidden = self.block_hidden(cache, block)[0, 1:]                          # (n_draft, D)
+        logits = self.target.lm_head(hidden)                                     # (n_draft, V)
+        if n_draft == 0:
+            return choose(logits)
+        cand, table = self.candidate_selector.transition_table(hidden, logits, anchor)
+        return self.candidate_selector.walk(cand, table, choose, logits.size(-1))
+
+    def loss(self, features, input_ids, anchors, weights):
+        """DFlash loss + alpha * selector loss. The selector's predecessor is teacher-forced (the true token
+        before the slot) and its label is the true token's index among the slot's candidates; slots whose
+        true token is not a candidate are left out (out["recall"]: the fraction kept)."""
+        hidden = self.hidden(features, input_ids, anchors)                       # (N, K, B, D)
+        logits = self.target.lm_head(hidden)                                     # (N, K, B, V)
+        labels = block_labels(input_ids, anchors, self.config.block_size)        # (N, K, B)
+        dflash = weighted_cross_entropy(logits, labels, weights)
+        cand, scores = self.candidate_selector.scores(hidden[:, :, 1:], logits[:, :, 1:], labels[:, :, :-1])
+        is_true = cand == labels[:, :, 1:, None]                                 # (N, K, B-1, top_k)
+        found = is_true.any(-1)                                                  # (N, K, B-1)
+        index = is_true.float().argmax(-1)                                       # the true token's candidate index
+        selector = weighted_cross_entropy(scores, index, weights[1:], keep=found)
+        pred = torch.cat([labels[:, :, :1], cand.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)], dim=2)
+        loss = dflash + self.config.selector_weight * selector
+        return loss, dict(logits=logits, labels=labels, pred=pred, loss=loss.detach(), dflash_loss=dflash.detach(),
+                          selector_loss=selector.detach(), recall=found.float().mean())
