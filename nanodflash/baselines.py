@@ -1,7 +1,13 @@
-"""Two baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter.
+"""Baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter.
 
-    python -m nanodflash.baselines --out out     # trains both next to out/drafter.pt, prints their τ
+    python -m nanodflash.baselines --out out     # trains them next to out/drafter.pt, prints their τ
     python -m nanodflash.bench --out out         # then gains their rows and a draft-cost curve
+
+Besides the two below, it trains the DFlash kind that out/drafter.pt is not (DFlash 1 beside a DFlash 2
+drafter, or the other way round), with the same data, recipe and steps, so the two compare fairly.
+
+This module only defines drafters and trains them; the benchmark (bench.py, bench_extras.py) imports it,
+never the other way round.
 
 1. `ARDrafter`: an autoregressive drafter in the EAGLE spirit -- conditioned on the same fused target
    features, same width and depth, drafting a chain of k tokens ONE forward per token with its own small
@@ -39,18 +45,17 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields
 
 import torch
 
 from . import checkpoint as ckpt
-from .bench import AR_KS, ForwardCounter, _median_time
+from .dflash2 import DFlash2Drafter
 from .drafter import Drafter, DrafterConfig, training_mask
-from .sampling import DraftRule
-from .speculative import generate
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
+AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
 # train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
 RECIPE = dict(steps=2500, batch_size=64, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337)
 SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
@@ -132,7 +137,14 @@ class NoFeatureDrafter(Drafter):
                               None if mask is None else mask[..., S:])
 
 
-KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT)}
+KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT),     # and the DFlash kind that drafter.pt
+         "dflash": (Drafter, "drafter_dflash.pt"), "dflash2": (DFlash2Drafter, "drafter_dflash2.pt")}   # is not
+
+
+def base_config(config, cls=Drafter):
+    """A `cls.config_class` with the fields it shares with `config`: every baseline takes the main drafter's
+    size and features; a DFlash 2 one adds its defaults, the others drop DFlash 2's extra fields."""
+    return cls.config_class(**{f.name: getattr(config, f.name) for f in fields(cls.config_class) if hasattr(config, f.name)})
 
 
 save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind ("ar" / "nofeat")
@@ -145,68 +157,20 @@ def load_baseline(path, target, kind, device="cpu"):
                              retrain=f"{make} --out DIR --fresh")
 
 
-def load_present(out_dir, target, device="cpu"):
-    """{"ar": ARDrafter, "nofeat": NoFeatureDrafter} for those whose checkpoints exist in out_dir.
+def load_present(out_dir, target, device="cpu", main_kind=None):
+    """{"ar": ARDrafter, "nofeat": NoFeatureDrafter, "dflash2"/"dflash": ...} for those whose checkpoints
+    exist in out_dir, leaving out `main_kind` (the kind of out_dir's drafter.pt).
 
     A stale one (trained against another target, e.g. after `train_tiny.py --fresh`) or a corrupt one
     is skipped with a warning on stderr: the baselines are optional extras, never a reason to fail."""
     found = {}
     for kind, (_, fname) in KINDS.items():
-        if os.path.exists(os.path.join(out_dir, fname)):
+        if kind != main_kind and os.path.exists(os.path.join(out_dir, fname)):
             try:
                 found[kind] = load_baseline(os.path.join(out_dir, fname), target, kind, device)[0]
             except ValueError as e:
                 print(f"warning: skipping the {kind} baseline: {e}", file=sys.stderr)
     return found
-
-
-# ----------------------------------------------------------------------------- draft cost
-
-def DraftForwardCounter(drafter):
-    """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never does)."""
-    return ForwardCounter(drafter.norm)
-
-
-def _context(target, drafter, context):
-    """A drafter cache holding the target features of `context` (a list of ids)."""
-    ids = torch.tensor([context], device=next(target.parameters()).device)              # (1, T)
-    _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)
-    cache = drafter.new_cache(target.config.max_seq_len)
-    drafter.extend(cache, feats, ids)
-    return cache
-
-
-@torch.no_grad()
-def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
-    """The paper's Figure 3 on this machine: for n_draft = 1 .. B-1, the median seconds of ONE draft step
-    and its number of drafter forward passes, per drafter, at one context length (default prompt + 48)."""
-    device = next(target.parameters()).device
-    context_len = context_len or len(prompt) + 48
-    context = prompt + generate(target, prompt, context_len - len(prompt))
-    choose = DraftRule(0.0)                                   # greedy, as in the loop
-    n_max = min(d.config.block_size for d in drafters.values()) - 1
-    curve = dict(context_len=context_len, n_draft=list(range(1, n_max + 1)), seconds={}, forwards={})
-    for name, d in drafters.items():
-        cache = _context(target, d, context)
-        curve["seconds"][name], curve["forwards"][name] = [], []
-        for k in curve["n_draft"]:
-            def step():
-                d.draft(cache, context[-1], k, choose)
-            with DraftForwardCounter(d) as c:
-                step()
-            curve["forwards"][name].append(c.n)
-            curve["seconds"][name].append(_median_time(step, device, n))
-    return curve
-
-
-def format_cost_curve(curve):
-    names = list(curve["seconds"])
-    lines = [f"draft cost: one draft step vs drafted tokens (median ms, context {curve['context_len']} tokens; "
-             "forward passes in brackets)", f"{'tokens':>8}" + "".join(f"{n:>18}" for n in names)]
-    for i, k in enumerate(curve["n_draft"]):
-        lines.append(f"{k:>8}" + "".join(f"{1e3 * curve['seconds'][n][i]:>12.3f} ({curve['forwards'][n][i]:>2})"
-                                          for n in names))
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- training entry point
@@ -228,16 +192,18 @@ def parse_args(argv=None):
 
 
 def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print):
-    """Train (or load) both baselines with the DFlash drafter's config and `recipe`; return {kind: drafter}."""
+    """Train (or load) every baseline kind but `drafter`'s own, with its config and `recipe`; return {kind: drafter}."""
     models, min_anchor = {}, data["prompt_len"] - 1                   # as train_tiny: labels are target tokens
     for kind, (cls, fname) in KINDS.items():
+        if kind == drafter.kind:
+            continue
         path = os.path.join(out, fname)
         if os.path.exists(path) and not fresh:
             log(f"[{kind}] found {path}, skipping")
             models[kind] = load_baseline(path, target, kind, device)[0]
             continue
         torch.manual_seed(recipe["seed"])
-        d = cls(replace(drafter.config), target).to(device)
+        d = cls(base_config(drafter.config, cls), target).to(device)
         log(f"[{kind}] {cls.__name__}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M parameters, "
             f"{recipe['steps']} steps, same recipe and data as {ckpt.DRAFTER}")
 
@@ -268,22 +234,27 @@ def main(argv=None):
     torch.set_num_threads(1)                                          # decoding, as train_tiny's summary
     P, val = data["prompt_len"], data["val"]
     prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
-    drafters = {"dflash": drafter, "dflash no-features": models["nofeat"], "ar": models["ar"]}
+    kind = getattr(drafter, "kind", None) or "dflash"                 # DFlash or DFlash 2 (drafter.pt's kind)
+    other = "dflash" if kind == "dflash2" else "dflash2"              # the other DFlash kind, trained the same way
+    drafters = {kind: drafter, other: models[other], "dflash no-features": models["nofeat"], "ar": models["ar"]}
     print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy; the AR drafter's slot k is "
           "given the true tokens before it, so its accuracy does not fall with k) ===")
     for name, d in drafters.items():
         acc = slot_accuracy(d, val, min_anchor=P - 1)
+        recall = acc.get("slot_recall")                          # top-16 recall, when slot_accuracy reports it
         print(f"{name:<20} expected tau {acc['expected_tau']:5.2f} | per-slot accuracy "
-              + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
+              + " ".join(f"{a:.2f}" for a in acc["slot_acc"])
+              + ("" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)))
     B = drafter.config.block_size
-    rows = [(f"dflash B={B}", drafter, B), (f"dflash no-features B={B}", models["nofeat"], B)]
+    rows = [(f"{kind} B={B}", drafter, B), (f"{other} B={B}", models[other], B),
+            (f"dflash no-features B={B}", models["nofeat"], B)]
     rows += [(f"ar k={k}", models["ar"], k + 1) for k in AR_KS if k < models["ar"].config.block_size]
     print(f"\n=== tau of greedy speculative decoding, {len(prompts)} held-out prompts x {new} new tokens ===")
     taus = {}
     for name, d, b in rows:
         taus[name] = measure_tau(d, prompts, new, block_size=b)
         print(f"{name:<26} tau {taus[name]:5.2f}")
-    full, nofeat = taus[f"dflash B={B}"], taus[f"dflash no-features B={B}"]
+    full, nofeat = taus[f"{kind} B={B}"], taus[f"dflash no-features B={B}"]
     print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
           "(the paper: ~40% lower)")
     print(f"speed side by side: python -m nanodflash.bench --out {args.out}")

@@ -1,4 +1,4 @@
-"""Side-by-side benchmark: plain decoding vs DFlash, on validation prompts, in one process.
+"""Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one process.
 
     python -m nanodflash.bench --out out                  # the table, the step costs, the ceiling
     python -m nanodflash.bench --out out --json bench.json
@@ -8,14 +8,22 @@ every method, ... with the method order rotated per prompt), after a warm-up. Re
     tau          mean acceptance length = tokens emitted by draft/verify steps / steps
                  (plain decoding: 1 by definition, one token per target forward)
     fwd/token    target forward passes per generated token, counted by a hook on target.forward;
-                 for DFlash it is (prefill + steps) / tokens, i.e. about 1/tau
+                 for speculative rows it is (prefill + steps) / tokens, i.e. about 1/tau
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
-Then the cost of one draft step, one verify step and one plain decoding step (median of many timed
-calls), and the ceiling they imply: speedup <= tau * t_plain_step / (t_draft + t_verify).
-When `python -m nanodflash.baselines --out DIR` has trained the baseline drafters, greedy rows for the
-autoregressive drafter (ar k=3/7/15) and the no-feature DFlash drafter join the table, followed by the
-draft-cost curve (one draft step vs drafted tokens, DFlash vs AR; baselines.py).
+Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16", or
+"dflash2 ..." for a DFlash 2 drafter); `prompt lookup k=4/10` (n-gram copying, no model: prompt_lookup.py),
+always; with the drafters `python -m nanodflash.baselines` trains, "ar k=3/7/15" and "dflash no-features";
+with any other DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier.
+After the table:
+    ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
+                 row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
+    step costs   one draft, one verify and one plain step timed in isolation (median of many calls), and
+                 one draft step per DFlash-style drafter (e.g. "dflash2 draft step +2% vs dflash")
+    oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
+                 would reach (bench_extras.py): how much a better choice of token could still gain
+    draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
+    and a comparison of the DFlash row's tokens/s with the best AR and the best prompt lookup setting.
 
 `run_benchmark(target, drafter, prompts, methods)` is the importable core; a method is
 `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
@@ -33,14 +41,20 @@ from collections import namedtuple
 
 import torch
 
+from .baselines import AR_KS, load_present
+from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_cost_curve, format_draft_steps,
+                           oracle_section, realistic_context, step_costs)
 from .checkpoint import load
 from .data import load_corpus, split_train_val
-from .sampling import DraftRule
+from .prompt_lookup import PromptLookupDrafter
 from .speculative import generate, speculative_generate
+from .timing import ForwardCounter, sync
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # prompt + new tokens = the drafter's training length
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
-AR_KS = (3, 7, 15)      # drafted tokens per step for the AR baseline rows (block_size k+1 in the loop)
+LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
+NOT_DFLASH = ("ar", "nofeat")    # extra drafter kinds that are not DFlash-style (no block logits to select from)
+ORACLE_TOP_K = 16
 THREADS = 1             # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 
 Method = namedtuple("Method", "name temperature run")
@@ -79,64 +93,75 @@ def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None):
     return run
 
 
-def default_methods(drafter, baselines=None):
-    """Plain greedy, DFlash greedy at B = 4/8/16 (capped at the drafter's B), then T=1 with each verifier.
+def prompt_lookup_method(n_draft):
+    """Greedy speculative decoding with prompt lookup drafts (up to n_draft copied tokens a step, no model)."""
+    def run(target, drafter, prompt, max_new_tokens, generator):
+        return speculative_generate(target, PromptLookupDrafter(target, n_draft), prompt, max_new_tokens,
+                                    generator=generator)
+    return run
 
-    `baselines` ({"ar": ..., "nofeat": ...}, see baselines.py) adds greedy rows "ar k=3/7/15" (k drafted
-    tokens: block_size k+1 in the loop) and "dflash no-features B=...", for the drafters it holds."""
-    B, baselines = drafter.config.block_size, baselines or {}
+
+def kind_of(drafter):
+    """The row-name prefix of a DFlash-style drafter: "dflash" (kind None or "dflash") or e.g. "dflash2"."""
+    return getattr(drafter, "kind", None) or "dflash"
+
+
+def dflash_style(extra):
+    """The extra drafters (by kind) that draft a block of logits in one pass: all but ar / nofeat."""
+    return {k: d for k, d in (extra or {}).items() if k not in NOT_DFLASH}
+
+
+def default_methods(drafter, baselines=None):
+    """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B); for each extra DFlash-style
+    drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when `baselines` has
+    "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier.
+
+    `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}."""
+    B, kind, extra = drafter.config.block_size, kind_of(drafter), baselines or {}
+    if kind in extra:
+        raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share names")
     methods = [Method("plain greedy", 0.0, plain_method(0.0))]
-    methods += [Method(f"dflash greedy B={b}", 0.0, dflash_method(b)) for b in sorted({min(b, B) for b in (4, 8, 16)})]
-    if "ar" in baselines:
-        ar = baselines["ar"]
+    methods += [Method(f"{kind} greedy B={b}", 0.0, dflash_method(b)) for b in sorted({min(b, B) for b in (4, 8, 16)})]
+    for k, d in dflash_style(extra).items():
+        methods += [Method(f"{k} greedy B={b}", 0.0, dflash_method(b, drafter=d))
+                    for b in sorted({min(b, d.config.block_size) for b in (8, 16)})]
+    if "ar" in extra:
+        ar = extra["ar"]
         methods += [Method(f"ar k={k}", 0.0, dflash_method(k + 1, drafter=ar)) for k in AR_KS
                     if k < ar.config.block_size]
-    if "nofeat" in baselines:
-        nf = baselines["nofeat"]
+    if "nofeat" in extra:
+        nf = extra["nofeat"]
         methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
                            dflash_method(nf.config.block_size, drafter=nf))]
+    methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
-    methods += [Method(f"dflash T=1 {v} B={B}", 1.0, dflash_method(B, 1.0, v)) for v in ("match", "rejection")]
+    methods += [Method(f"{kind} T=1 {v} B={B}", 1.0, dflash_method(B, 1.0, v)) for v in ("match", "rejection")]
     return methods
-
-
-class ForwardCounter:
-    """Counts forward calls of `module` with a hook; usable as a context manager that removes the hook.
-
-    The benchmark counts target.forward (the drafter borrows only the target's embedding and head)."""
-
-    def __init__(self, module):
-        self.n = 0
-        self.handle = module.register_forward_hook(self._hook)
-
-    def _hook(self, module, args, output):
-        self.n += 1
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.remove()
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED, warmup=True):
     """Run every method on every prompt (interleaved); return one row dict per method.
 
-    Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, plus the totals they
-    come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s) and, for greedy rows,
+    Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
+    they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s) and, for greedy rows,
     matches_plain (every output equal to the first greedy method's output on that prompt).
+
+    ceiling (speculative rows; None for plain ones) is an upper bound on speedup BY CONSTRUCTION: within
+    one timed run the loop's draft and verify timers cover disjoint parts of it, so its tokens/s is at
+    most tokens / (draft_time + verify_time); that holds prompt by prompt, the median keeps it (each order
+    statistic of the rates is <= the same one of the bounds; for an even count we take the upper median),
+    and speedup and ceiling divide by the same plain tok/s. `bound` holds that median prompt's numbers per
+    step: ceiling = tau * t_plain / (t_draft + t_verify) with t_plain = 1 / plain tok/s, tau counting the
+    prefill's token. Unlike isolated step costs, in-loop costs include everything the loop does.
     """
     methods = methods or default_methods(drafter)
+    if len({m.name for m in methods}) != len(methods):
+        raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
     device = next(target.parameters()).device
     if warmup:                                              # first calls pay for allocation and kernel setup
         for m in methods:
             m.run(target, drafter, prompts[0], min(16, max_new_tokens), torch.Generator().manual_seed(seed))
-    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
+    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[], bounds=[],
                         matches_plain=True if m.temperature == 0 else None) for m in methods}
     counter = ForwardCounter(target)
     try:
@@ -145,10 +170,10 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
             for m in methods[i % len(methods):] + methods[: i % len(methods)]:   # rotated: no method always first
                 a, gen = acc[m.name], torch.Generator().manual_seed(seed + i)
                 counter.n = 0
-                _sync(device)
+                sync(device)
                 t0 = time.perf_counter()
                 tokens, stats = m.run(target, drafter, prompt, max_new_tokens, gen)
-                _sync(device)
+                sync(device)
                 dt = time.perf_counter() - t0
                 outputs[m.name] = tokens
                 a["tokens"] += len(tokens)
@@ -159,65 +184,28 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
                 if stats is not None:
                     a["draft_s"] += stats.draft_time
                     a["verify_s"] += stats.verify_time
+                    loop, steps = stats.draft_time + stats.verify_time, len(stats.acceptance_lengths)
+                    a["bounds"].append(dict(tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
+                                            tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
+                                            verify_s=stats.verify_time / max(steps, 1)))   # loop <= dt (see above)
             greedy = [m.name for m in methods if m.temperature == 0]
             for name in greedy:                             # lossless: every greedy output == the first one's
                 acc[name]["matches_plain"] &= outputs[name] == outputs[greedy[0]]
     finally:
-        counter.handle.remove()
+        counter.remove()
     rows, n = [], len(prompts)
     for m in methods:
         a = acc[m.name]
-        rate = statistics.median(a.pop("rates"))
+        rate, bounds = statistics.median(a.pop("rates")), sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
                          tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
-                         forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate, **a))
+                         forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate,
+                         bound=bounds[len(bounds) // 2] if bounds else None, **a))   # median (upper one if even)
     for r in rows:
         base = next(b for b in rows if b["temperature"] == r["temperature"])
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
     return rows
-
-
-def _median_time(fn, device, n=N_TIMED_CALLS):
-    fn()                                                    # warm-up
-    times = []
-    for _ in range(n):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-@torch.no_grad()
-def step_costs(target, drafter, prompt, context_len=None, block_size=16, n=N_TIMED_CALLS):
-    """Median seconds of: one draft (B-1 tokens, one drafter pass), one verify (B tokens through the target
-    with its cache, features captured) and one plain decoding step (1 token with the cache), all at the
-    same context length (default: prompt + half of MAX_NEW_TOKENS)."""
-    device = next(target.parameters()).device
-    B = min(block_size, drafter.config.block_size)
-    context_len = context_len or len(prompt) + MAX_NEW_TOKENS // 2
-    context = prompt + generate(target, prompt, context_len - len(prompt))      # a realistic context
-    ids = drafter.config.target_layer_ids
-    cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
-    ctx = torch.tensor([context], device=device)                                 # (1, context_len)
-    _, feats = target(ctx, cache, layer_ids=ids)
-    drafter.extend(dcache, feats, ctx)
-    L, choose = cache.length, DraftRule(0.0)             # greedy, as in the loop
-    block = torch.tensor([context[-B:]], device=device)                          # (1, B): any B tokens
-
-    def draft():
-        drafter.draft(dcache, context[-1], B - 1, choose)
-
-    def verify():
-        target(block, cache, layer_ids=ids)
-        cache.crop(L)
-
-    def plain():
-        target(block[:, :1], cache)
-        cache.crop(L)
-    return dict(block_size=B, context_len=L, draft_s=_median_time(draft, device, n),
-                verify_s=_median_time(verify, device, n), plain_step_s=_median_time(plain, device, n))
 
 
 def format_table(rows):
@@ -226,6 +214,17 @@ def format_table(rows):
         lines.append(f"{r['name']:<26} {r['tau']:>6.2f} {r['forwards_per_token']:>9.3f} "
                      f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
     return "\n".join(lines)
+
+
+def format_ceiling(row, plain):
+    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step costs."""
+    b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
+    return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
+            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
+            f"(measured: {row['speedup']:.2f}x)\n"
+            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + extend), "
+            f"t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
+            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify time")
 
 
 def parse_args(argv=None):
@@ -250,21 +249,20 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
+def main(argv=None, extra=None):
+    """The CLI. `extra` ({kind: drafter}) adds drafters to those found in --out (e.g. {"dflash2": ...})."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
-        from .baselines import load_present                 # (baselines.py imports this module)
-        extra = load_present(args.out, target, args.device)  # baseline drafters, when trained
+        extra = {**load_present(args.out, target, args.device, drafter.kind), **(extra or {})}   # baselines, if trained
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         t0 = time.perf_counter()
         rows = run_benchmark(target, drafter, prompts, default_methods(drafter, extra), args.max_new_tokens, args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
-    wall = time.perf_counter() - t0
-    costs = step_costs(target, drafter, prompts[0])
+    wall, by_name, kind = time.perf_counter() - t0, {r["name"]: r for r in rows}, kind_of(drafter)
     where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
              else torch.cuda.get_device_name())
     machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
@@ -275,34 +273,43 @@ def main(argv=None):
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs 'plain T=1')")
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
     print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: {'NO: ' + ', '.join(bad) if bad else 'yes'}")
-    print(f"\nstep costs (median of {N_TIMED_CALLS} calls, context {costs['context_len']} tokens, B={costs['block_size']}):")
-    ms = {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
-    B = costs["block_size"]
+
+    # the ceiling, from in-loop costs
+    main_row = by_name.get(f"{kind} greedy B={min(16, drafter.config.block_size)}")
+    if main_row is not None:
+        print(format_ceiling(main_row, by_name["plain greedy"]))
+
+    # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
+    family = {kind: drafter, **dflash_style(extra)}
+    text, oracles = oracle_section(target, family, prompts, args.max_new_tokens, by_name, ORACLE_TOP_K)
+    print("\n" + text)
+
+    # step costs in isolation, and one draft step per DFlash-style drafter
+    costs = step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2, n=N_TIMED_CALLS)
+    B, ms = costs["block_size"], {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
+    print(f"\nstep costs (median of {N_TIMED_CALLS} calls, context {costs['context_len']} tokens, B={B}):")
     for label, key in ((f"draft  (drafter: {B - 1} tokens, one pass)", "draft_s"),
                        (f"verify (target: {B} tokens, with cache)", "verify_s"),
                        ("plain  (target: 1 token, with cache)", "plain_step_s")):
         print(f"  {label:<40} {ms[key]:8.3f} ms")
-    best, ceiling = next((r for r in rows if r["name"] == f"dflash greedy B={costs['block_size']}"), None), None
-    if best is not None:
-        ceiling = best["tau"] * costs["plain_step_s"] / (costs["draft_s"] + costs["verify_s"])
-        print(f"  in the loop ({best['name']}): draft+extend {1e3 * best['draft_s'] / best['steps']:.3f} ms/step, "
-              f"verify {1e3 * best['verify_s'] / best['steps']:.3f} ms/step")
-        print(f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {best['tau']:.2f} * {ms['plain_step_s']:.3f}"
-              f" / ({ms['draft_s']:.3f} + {ms['verify_s']:.3f}) = {ceiling:.2f}x   (measured: {best['speedup']:.2f}x)")
+    draft_steps = None
+    if len(family) > 1:                                    # e.g. DFlash 2 vs DFlash, same context and B
+        context = realistic_context(target, prompts[0], costs["context_len"])
+        draft_steps = draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
+        print("\n".join(format_draft_steps(draft_steps, family, B - 1, kind)))
+
     curve = None
     if "ar" in extra:                                      # the paper's Figure 3: flat for DFlash, linear for AR
-        from .baselines import draft_cost_curve, format_cost_curve
-        curve = draft_cost_curve(target, {"dflash": drafter, "ar": extra["ar"]}, prompts[0])
+        curve = draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
         print("\n" + format_cost_curve(curve))
-        ar_rows = [r for r in rows if r["name"].startswith("ar ")]
-        if best is not None and ar_rows:
-            ar_best = max(ar_rows, key=lambda r: r["tokens_per_s"])
-            print(f"{best['name']} vs the best AR setting ({ar_best['name']}, tau {ar_best['tau']:.2f}): "
-                  f"{best['tokens_per_s'] / ar_best['tokens_per_s']:.2f}x the tokens/s")
+    lines = [compare(main_row, [r for r in rows if r["name"].startswith("ar ")], "AR"),
+             compare(main_row, [r for r in rows if r["name"].startswith("prompt lookup")], "prompt lookup")]
+    print("\n".join([""] + [line for line in lines if line]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling, draft_cost_curve=curve, machine=machine,
-                           out=args.out, n_prompts=len(prompts), prompt_len=PROMPT_LEN,
+            json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
+                           oracle_selector=oracles, draft_step_s=draft_steps, draft_cost_curve=curve,
+                           machine=machine, out=args.out, n_prompts=len(prompts), prompt_len=PROMPT_LEN,
                            max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:

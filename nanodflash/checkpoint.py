@@ -4,7 +4,7 @@ An output folder written by `train_tiny.py --out DIR` holds:
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
     target.pt       {"config", "model", "tokenizer", "history"}
     data.pt         target-generated sequences the drafter trains on
-    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind None = DFlash, "dflash2"
+    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind "dflash" or "dflash2"
 """
 
 import os
@@ -18,7 +18,8 @@ from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
-DRAFTER_KINDS = {None: Drafter, "dflash2": DFlash2Drafter}     # what drafter.pt may hold (checkpoint "kind")
+DRAFTER_KINDS = {"dflash": Drafter, None: Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
+                                                                                 # (None: written before kinds)
 
 
 def atomic_save(obj, path):
@@ -56,8 +57,7 @@ def load_target(path, device="cpu"):
 
 
 def save_drafter(path, drafter, history=None):
-    """Write a drafter with the fingerprint of its target; `kind` is None for DFlash, "dflash2" for DFlash 2,
-    "ar"/"nofeat" for baselines."""
+    """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a baseline's."""
     atomic_save({"kind": getattr(drafter, "kind", None), "config": asdict(drafter.config),
                  "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
                  "history": history or {}}, path)

@@ -59,14 +59,13 @@ class GroupedDynamicCausalConv(nn.Module):
     def _convolve(self, x, dynamic, base):
         """x (N, T, D) holding T/s blocks of s = min(T, block_size) slots; dynamic (N, T, k, G); base (k, D)."""
         N, T, D = x.shape
-        s = min(T, self.block_size)
-        G = D // self.group_size
+        s, k, G = min(T, self.block_size), self.kernel_size, D // self.group_size
         blocks = x.reshape(N * T // s, s, G, self.group_size)                  # (N, T, D) -> (N*T/s, s, G, D/G)
-        dyn = dynamic.reshape(N * T // s, s, self.kernel_size, G, 1)           # (N, T, k, G) -> (N*T/s, s, k, G, 1)
-        out = torch.zeros_like(blocks)
-        for j in range(min(self.kernel_size, s)):                               # tap j reads slot t - j
-            shifted = F.pad(blocks[:, : s - j], (0, 0, 0, 0, j, 0))              # zeros before slot 0 of EACH block
-            out = out + (base[j].view(G, self.group_size) + dyn[:, :, j]) * shifted
+        padded = F.pad(blocks, (0, 0, 0, 0, k - 1, 0))                          # k-1 zero slots before EACH block
+        w = base.view(k, G, self.group_size) + dynamic.reshape(N * T // s, s, k, G, 1)   # (N*T/s, s, k, G, D/G)
+        out = w[:, :, 0] * blocks                                               # tap j reads slot t - j
+        for j in range(1, k):
+            out = out + w[:, :, j] * padded[:, k - 1 - j: k - 1 - j + s]
         return out.reshape(N, T, D)                                             # (N*T/s, s, G, D/G) -> (N, T, D)
 
     def prepare(self, u):
@@ -107,8 +106,8 @@ class CandidateSelector(nn.Module):
         token before it is candidate i of slot t (for the first slot, the anchor: every row i is the same)."""
         unary, cand = self.candidates(logits)                                    # (n, K), (n, K)
         succ = self.successor_codebook(cand) * self.hidden_projection(hidden)[:, None]   # (n, K, r): Bk[c] * P h_t
-        prev = torch.cat([self.predecessor_codebook.weight[anchor].expand(1, cand.size(1), -1),
-                          self.predecessor_codebook(cand[:-1])])               # (n, K, r): A of each possible prev
+        prev_ids = torch.cat([cand.new_full((cand.size(1),), anchor), cand[:-1].flatten()])  # (n*K,)
+        prev = self.predecessor_codebook(prev_ids).view_as(succ)                 # (n, K, r): A of each possible prev
         return cand, unary[:, None, :] + prev @ succ.transpose(1, 2)            # (n, K, r) @ (n, r, K) -> (n, K, K)
 
     @staticmethod

@@ -117,7 +117,7 @@ class DrafterConfig:
 
 
 class Drafter(nn.Module):
-    kind = None                                   # the checkpoint's "kind" (None = DFlash; see checkpoint.py)
+    kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
     config_class = DrafterConfig
 
     def __init__(self, config, target):

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_target
-from nanodflash import baselines, bench
-from nanodflash.baselines import ARDrafter, DraftForwardCounter, NoFeatureDrafter, causal_training_mask
+from nanodflash import baselines, bench, bench_extras
+from nanodflash.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.timing import DraftForwardCounter
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +114,7 @@ def test_drafter_forward_passes_per_draft_step_grow_with_k_for_ar_and_stay_one_f
                 counts[name].append(c.n)
     assert counts["dflash"] == [1] * 15, f"DFlash drafts any block in one forward, counted {counts['dflash']}"
     assert counts["ar"] == list(range(1, 16)), f"AR drafting takes one forward per token, counted {counts['ar']}"
-    curve = baselines.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8, n=1)
+    curve = bench_extras.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8, n=1)
     assert curve["forwards"] == counts and len(curve["seconds"]["ar"]) == 15, "the printed curve counts the same"
 
 
@@ -222,14 +223,19 @@ def baseline_out(smoke_out, tmp_path_factory):
     return out
 
 
-def test_baselines_cli_trains_both_prints_tau_and_skips_what_exists(baseline_out, capsys):
+def test_baselines_cli_trains_all_three_prints_tau_and_skips_what_exists(baseline_out, capsys):
+    main_kind = torch.load(baseline_out / "drafter.pt", weights_only=False)["kind"]
+    other = "dflash" if main_kind == "dflash2" else "dflash2"        # the DFlash kind drafter.pt is not
     baselines.main(["--out", str(baseline_out), "--smoke", "--steps", "3", "--eval_prompts", "2"])
     out = capsys.readouterr().out
-    for needed in ("dflash no-features B=8", "ar k=3", "ar k=7", "without target features", "expected tau"):
+    for needed in ("dflash no-features B=8", "ar k=3", "ar k=7", f"{other} B=8", "without target features",
+                   "expected tau", "per-slot top-16 recall"):
         assert needed in out, f"baselines output lacks {needed!r}:\n{out}"
-    assert (baseline_out / baselines.AR).exists() and (baseline_out / baselines.NOFEAT).exists()
+    for kind in ("ar", "nofeat", other):
+        assert (baseline_out / baselines.KINDS[kind][1]).exists(), f"the {kind} drafter was not written"
+    assert not (baseline_out / baselines.KINDS[main_kind][1]).exists(), "drafter.pt's own kind was trained again"
     baselines.main(["--out", str(baseline_out), "--smoke", "--eval_prompts", "1"])
-    assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 2, "existing ones retrained"
+    assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 3, "existing ones retrained"
 
 
 def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(baseline_out, capsys, tmp_path):
@@ -239,9 +245,11 @@ def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(base
     bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12", "--json", str(path)])
     out = capsys.readouterr().out
     for needed in ("ar k=3 ", "ar k=7 ", "dflash no-features B=8", "draft cost: one draft step vs drafted tokens",
-                   "vs the best AR setting", "greedy outputs identical to plain greedy on all 1 prompts: yes"):
+                   "vs the best AR setting", "vs the best prompt lookup setting",
+                   "greedy outputs identical to plain greedy on all 1 prompts: yes"):
         assert needed in out, f"bench output lacks {needed!r}:\n{out}"
     assert "ar k=15" not in out, "smoke drafters have B=8: k=15 does not fit"
     import json
     curve = json.loads(path.read_text())["draft_cost_curve"]
-    assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"]["dflash"] == [1] * 7, curve["forwards"]
+    (kind,) = set(curve["forwards"]) - {"ar"}                 # the main drafter's: "dflash" or "dflash2"
+    assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"][kind] == [1] * 7, curve["forwards"]
