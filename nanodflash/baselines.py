@@ -183,7 +183,12 @@ def parse_args(argv=None):
     p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints exist")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--eval_prompts", type=int, default=16, help="held-out prompts for τ (default: %(default)s)")
+    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to train, of "
+                   f"{', '.join(KINDS)}; drafter.pt's own kind is never retrained (default: all)")
     args = p.parse_args(argv)
+    args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if not args.kinds or set(args.kinds) - set(KINDS):
+        p.error(f"--kinds must name some of {', '.join(KINDS)}, got {','.join(args.kinds) or 'none'}")
     if args.steps is not None and args.steps < 1:
         p.error("--steps must be >= 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -191,11 +196,11 @@ def parse_args(argv=None):
     return args
 
 
-def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print):
-    """Train (or load) every baseline kind but `drafter`'s own, with its config and `recipe`; return {kind: drafter}."""
+def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print, kinds=tuple(KINDS)):
+    """Train (or load) the baseline `kinds` but `drafter`'s own, with its config and `recipe`; return {kind: drafter}."""
     models, min_anchor = {}, data["prompt_len"] - 1                   # as train_tiny: labels are target tokens
     for kind, (cls, fname) in KINDS.items():
-        if kind == drafter.kind:
+        if kind == drafter.kind or kind not in kinds:
             continue
         path = os.path.join(out, fname)
         if os.path.exists(path) and not fresh:
@@ -226,7 +231,7 @@ def main(argv=None):
         drafter, _ = ckpt.load_drafter(os.path.join(args.out, ckpt.DRAFTER), target, args.device)
         data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")
         t0 = time.perf_counter()
-        models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device)
+        models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device, kinds=args.kinds)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -236,7 +241,8 @@ def main(argv=None):
     prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
     kind = getattr(drafter, "kind", None) or "dflash"                 # DFlash or DFlash 2 (drafter.pt's kind)
     other = "dflash" if kind == "dflash2" else "dflash2"              # the other DFlash kind, trained the same way
-    drafters = {kind: drafter, other: models[other], "dflash no-features": models["nofeat"], "ar": models["ar"]}
+    named = {other: other, "dflash no-features": "nofeat", "ar": "ar"}
+    drafters = {kind: drafter, **{name: models[k] for name, k in named.items() if k in models}}
     print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy; the AR drafter's slot k is "
           "given the true tokens before it, so its accuracy does not fall with k) ===")
     for name, d in drafters.items():
@@ -246,17 +252,18 @@ def main(argv=None):
               + " ".join(f"{a:.2f}" for a in acc["slot_acc"])
               + ("" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)))
     B = drafter.config.block_size
-    rows = [(f"{kind} B={B}", drafter, B), (f"{other} B={B}", models[other], B),
-            (f"dflash no-features B={B}", models["nofeat"], B)]
-    rows += [(f"ar k={k}", models["ar"], k + 1) for k in AR_KS if k < models["ar"].config.block_size]
+    rows = [(f"{name} B={B}", d, B) for name, d in drafters.items() if name != "ar"]
+    if "ar" in models:
+        rows += [(f"ar k={k}", models["ar"], k + 1) for k in AR_KS if k < models["ar"].config.block_size]
     print(f"\n=== tau of greedy speculative decoding, {len(prompts)} held-out prompts x {new} new tokens ===")
     taus = {}
     for name, d, b in rows:
         taus[name] = measure_tau(d, prompts, new, block_size=b)
         print(f"{name:<26} tau {taus[name]:5.2f}")
-    full, nofeat = taus[f"{kind} B={B}"], taus[f"dflash no-features B={B}"]
-    print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
-          "(the paper: ~40% lower)")
+    if "nofeat" in models:
+        full, nofeat = taus[f"{kind} B={B}"], taus[f"dflash no-features B={B}"]
+        print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
+              "(the paper: ~40% lower)")
     print(f"speed side by side: python -m nanodflash.bench --out {args.out}")
 
 

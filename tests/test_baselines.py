@@ -253,3 +253,9 @@ def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(base
     curve = json.loads(path.read_text())["draft_cost_curve"]
     (kind,) = set(curve["forwards"]) - {"ar"}                 # the main drafter's: "dflash" or "dflash2"
     assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"][kind] == [1] * 7, curve["forwards"]
+
+
+def test_baselines_kinds_flag_names_the_allowed_kinds_when_given_an_unknown_one(capsys):
+    with pytest.raises(SystemExit):
+        baselines.parse_args(["--kinds", "ar,eagle"])
+    assert "--kinds must name some of ar, nofeat, dflash, dflash2" in capsys.readouterr().err
