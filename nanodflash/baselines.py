@@ -57,7 +57,7 @@ from .train_drafter import measure_tau, slot_accuracy, train_drafter
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
 # train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
-RECIPE = dict(steps=2500, batch_size=64, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337)
+RECIPE = dict(steps=2000, batch_size=64, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337)
 SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
 
 
