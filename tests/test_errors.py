@@ -140,3 +140,19 @@ def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
     assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
     r = run_train_tiny("--smoke", "--out", str(out))
     assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"
+
+
+def test_a_found_drafter_of_another_kind_than_asked_for_is_refused_with_what_to_do(smoke_out, tmp_path):
+    for f in ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
+        shutil.copy(smoke_out / f, tmp_path / f)
+    kind = torch.load(tmp_path / "drafter.pt", weights_only=False)["kind"]
+    other = "dflash" if kind == "dflash2" else "dflash2"
+    with pytest.raises(ValueError, match=f"holds a {kind} drafter, not the --drafter {other} asked for; delete it"):
+        train_tiny.main(["--smoke", "--out", str(tmp_path), "--drafter", other])
+
+
+@pytest.mark.parametrize("flag", ["--selector_top_k", "--selector_rank", "--conv_kernel_size"])
+def test_dflash2_size_flags_below_one_are_refused_before_any_work(flag, capsys):
+    with pytest.raises(SystemExit):
+        train_tiny.parse_args([flag, "0"])
+    assert f"{flag} must be >= 1, got 0" in capsys.readouterr().err
