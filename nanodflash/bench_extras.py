@@ -80,12 +80,12 @@ def draft_step_seconds(target, drafters, context, n_draft, n=50):
 
 
 def format_draft_steps(seconds, drafters, n_draft, reference):
-    """One line per drafter: its draft step in ms, and how much dearer than `reference`'s it is."""
+    """One line per drafter: its draft step in ms, and how much dearer `reference`'s (the main drafter's) is."""
     lines = []
     for name, s in seconds.items():
         k = min(n_draft, drafters[name].config.block_size - 1)
-        more = 100 * (s / seconds[reference] - 1)
-        vs = "" if name == reference else f"  ({name} draft step {more:+.1f}% vs {reference})"
+        more = 100 * (seconds[reference] / s - 1)
+        vs = "" if name == reference else f"  ({reference} draft step {more:+.1f}% vs {name})"
         lines.append(f"  {f'draft  ({name}: {k} tokens, one pass)':<40} {1e3 * s:8.3f} ms{vs}")
     return lines
 

@@ -56,25 +56,27 @@ class GroupedDynamicCausalConv(nn.Module):
         self.kernel_projection = nn.Linear(dim, 2 * kernel_size * (dim // group_size), bias=False)
         nn.init.zeros_(self.kernel_projection.weight)                          # no dynamic part at first
 
-    def _convolve(self, x, dynamic, base):
-        """x (N, T, D) holding T/s blocks of s = min(T, block_size) slots; dynamic (N, T, k, G); base (k, D)."""
+    def _convolve(self, x, w):
+        """x (N, T, D) holding T/s blocks of s = min(T, block_size) slots; w (N*T/s, s, k, G, D/G), the taps
+        (base + dynamic) of every slot: out_t = sum_j w[t, j] * x_{t-j}, zero before slot 0 of each block."""
         N, T, D = x.shape
-        s, k, G = min(T, self.block_size), self.kernel_size, D // self.group_size
-        blocks = x.reshape(N * T // s, s, G, self.group_size)                  # (N, T, D) -> (N*T/s, s, G, D/G)
-        padded = F.pad(blocks, (0, 0, 0, 0, k - 1, 0))                          # k-1 zero slots before EACH block
-        w = base.view(k, G, self.group_size) + dynamic.reshape(N * T // s, s, k, G, 1)   # (N*T/s, s, k, G, D/G)
-        out = w[:, :, 0] * blocks                                               # tap j reads slot t - j
-        for j in range(1, k):
-            out = out + w[:, :, j] * padded[:, k - 1 - j: k - 1 - j + s]
+        s = min(T, self.block_size)
+        blocks = x.reshape(N * T // s, s, -1, self.group_size)                 # (N, T, D) -> (N*T/s, s, G, D/G)
+        out = w[:, :, 0] * blocks                                               # tap 0: the slot itself
+        for j in range(1, min(self.kernel_size, s)):                            # tap j: the slot j to the left
+            out[:, j:] += w[:, j:, j] * blocks[:, :-j]
         return out.reshape(N, T, D)                                             # (N*T/s, s, G, D/G) -> (N, T, D)
 
     def prepare(self, u):
         """u (N, T, D), the sublayer's pre-norm input -> (mixed input, the output taps for `finish`)."""
-        dynamic = self.kernel_projection(u).view(*u.shape[:-1], 2, self.kernel_size, -1)  # (N, T, 2, k, G)
-        return self._convolve(u, dynamic[..., 0, :, :], self.base_kernel[0]), dynamic[..., 1, :, :]
+        N, T, D = u.shape
+        s, k, G = min(T, self.block_size), self.kernel_size, D // self.group_size
+        dynamic = self.kernel_projection(u).view(N * T // s, s, 2, k, G, 1)     # (N, T, 2*k*G) -> per slot, in/out
+        w = self.base_kernel.view(2, k, G, self.group_size) + dynamic          # (N*T/s, s, 2, k, G, D/G)
+        return self._convolve(u, w[:, :, 0]), w[:, :, 1]
 
-    def finish(self, y, dynamic):
-        return self._convolve(y, dynamic, self.base_kernel[1])
+    def finish(self, y, w):
+        return self._convolve(y, w)
 
 
 class CandidateSelector(nn.Module):

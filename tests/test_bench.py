@@ -116,7 +116,7 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     B = min(16, drafter.config.block_size)
     for needed in ("tok/s = median over prompts", "greedy outputs identical to plain greedy on all 1 prompts: yes",
                    "ceiling: speedup <= tau * t_plain / (t_draft + t_verify)", f"{other} greedy B={B}",
-                   "oracle-selector tau (ceiling of a perfect top-16 selector", f"% vs {kind})",
+                   "oracle-selector tau (ceiling of a perfect top-16 selector", f"({kind} draft step ", f"% vs {other})",
                    "prompt lookup k=10", "vs the best prompt lookup setting (prompt lookup k="):
         assert needed in out, f"output lacks {needed!r}:\n{out}"
     data = json.loads(path.read_text())
