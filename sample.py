@@ -23,6 +23,7 @@ import torch
 
 import nanodflash
 from nanodflash.bench import val_prompts
+from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, threads
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 
@@ -53,15 +54,16 @@ def parse_args(argv=None):
     a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
     a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data "
       "(default: the built-in stdlib corpus)")
-    a("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
-    a("--block_size", type=int, default=BLOCK_SIZE, help="draft block size B, at most the drafter's (default: the drafter's)")
-    a("--temperature", type=float, default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
-    a("--top_k", type=int, default=TOP_K, help="top-k filtering for T > 0 (default: off)")
-    a("--top_p", type=float, default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
+    a("--max_new_tokens", type=ints(1, MAX_COUNT), default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
+    a("--block_size", type=ints(1, 256), default=BLOCK_SIZE, help="draft block size B, at most the drafter's (default: the drafter's)")
+    a("--temperature", type=floats(0), default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
+    a("--top_k", type=ints(1), default=TOP_K, help="top-k filtering for T > 0 (default: off)")
+    a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
     a("--verifier", default=VERIFIER, choices=VERIFIERS, help="T > 0 acceptance rule (default: %(default)s)")
-    a("--seed", type=int, default=SEED, help="picks the validation prompt and seeds sampling (default: %(default)s)")
+    a("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the validation prompt and seeds sampling (default: %(default)s)")
     a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")
-    a("--threads", type=int, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    a("--threads", type=threads, default=THREADS, help="torch CPU threads, at most this machine's CPUs "
+      "(default: %(default)s)")
     a("--no-color", action="store_true", help="bracket markers instead of ANSI colours (automatic when not a terminal)")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -120,7 +122,7 @@ def timed(fn):
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(args.threads)
     color = sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)

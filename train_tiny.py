@@ -4,10 +4,11 @@
     python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute
     python train_tiny.py --data input.txt --out out_shakespeare
 
-Each stage writes its checkpoint atomically and is skipped when that checkpoint already exists, so an
-interrupted run resumes where it stopped (`--fresh` starts over). At the end it prints a summary:
-losses, τ at block sizes 4/8/16 on validation prompts, and the speedup of speculative over plain
-greedy decoding measured side by side.
+Each stage writes its checkpoint atomically and is skipped when that checkpoint already exists; the
+target and drafter stages also save their whole state every ~45 s and at Ctrl-C (out/*.pt.resume), so
+an interrupted run resumes where it stopped and ends with the same weights (`--fresh` starts over).
+At the end it prints a summary: losses, τ at block sizes 4/8/16 on validation prompts, and the speedup
+of speculative over plain greedy decoding measured side by side.
 """
 
 import argparse
@@ -17,6 +18,7 @@ import time
 import torch
 
 from nanodflash import baselines, checkpoint as ckpt
+from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints
 from nanodflash.data import check_enough, load_corpus, split_train_val
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
@@ -68,51 +70,93 @@ def parse_args(argv=None):
     a("--data", default=None, help="UTF-8 text file to train on, or a built-in corpus: stdlib (the default: Python's "
       "standard library source) or pydoc (Python's documentation prose)")
     a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
-    a("--fresh", action="store_true", help="delete existing checkpoints in --out and start over")
+    a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start over")
     a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    a("--seed", type=int, default=SEED, help="random seed (default: %(default)s)")
-    a("--vocab_size", type=int, default=VOCAB_SIZE, help="BPE vocabulary size incl. 2 special tokens")
-    a("--n_layer", type=int, default=N_LAYER, help="target depth")
-    a("--n_embd", type=int, default=N_EMBD, help="target width (the drafter shares it)")
-    a("--n_head", type=int, default=N_HEAD, help="attention heads (target and drafter)")
-    a("--seq_len", type=int, default=SEQ_LEN, help="target training window in tokens")
-    a("--target_steps", type=int, default=TARGET_STEPS, help="target optimisation steps")
-    a("--target_batch", type=int, default=TARGET_BATCH, help="target batch size (sequences)")
-    a("--target_lr", type=float, default=TARGET_LR, help="target peak learning rate")
-    a("--n_seqs", type=int, default=N_SEQS, help="number of target-generated sequences for the drafter")
-    a("--prompt_len", type=int, default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
-    a("--gen_len", type=int, default=GEN_LEN, help="tokens the target generates per sequence")
-    a("--gen_temperature", type=float, default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
+    a("--seed", type=ints(0, MAX_SEED), default=SEED, help="random seed (default: %(default)s)")
+    a("--vocab_size", type=ints(258, 65536), default=VOCAB_SIZE, help="BPE vocabulary size incl. 2 special tokens")
+    a("--n_layer", type=ints(1, 64), default=N_LAYER, help="target depth")
+    a("--n_embd", type=ints(2, 4096), default=N_EMBD, help="target width (the drafter shares it)")
+    a("--n_head", type=ints(1, 2048), default=N_HEAD, help="attention heads (target and drafter); must divide "
+      "--n_embd into an even head size")
+    a("--seq_len", type=ints(2, 4096), default=SEQ_LEN, help="target training window in tokens")
+    a("--target_steps", type=ints(1, MAX_COUNT), default=TARGET_STEPS, help="target optimisation steps")
+    a("--target_batch", type=ints(1, 4096), default=TARGET_BATCH, help="target batch size (sequences)")
+    a("--target_lr", type=floats(0, 1, low_open=True), default=TARGET_LR, help="target peak learning rate")
+    a("--n_seqs", type=ints(1, MAX_COUNT), default=N_SEQS, help="number of target-generated sequences for the drafter")
+    a("--prompt_len", type=ints(1, 4096), default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
+    a("--gen_len", type=ints(1, 4096), default=GEN_LEN, help="tokens the target generates per sequence")
+    a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
     a("--drafter", default=DRAFTER, choices=sorted(DRAFTER_CLASSES),
       help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
-    a("--draft_layers", type=int, default=DRAFT_LAYERS, help="drafter depth")
-    a("--selector_top_k", type=int, default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot (default: %(default)s)")
-    a("--selector_rank", type=int, default=SELECTOR_RANK, help="DFlash 2: rank of the predecessor x candidate "
-      "term (default: %(default)s)")
-    a("--conv_kernel_size", type=int, default=CONV_KERNEL, help="DFlash 2: taps of the in-block convolutions, 1 = "
-      "none mixing across slots (default: %(default)s)")
+    a("--draft_layers", type=ints(1, 64), default=DRAFT_LAYERS, help="drafter depth")
+    a("--selector_top_k", type=ints(1, 1024), default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot "
+      "(default: %(default)s)")
+    a("--selector_rank", type=ints(1, 4096), default=SELECTOR_RANK, help="DFlash 2: rank of the predecessor x "
+      "candidate term (default: %(default)s)")
+    a("--conv_kernel_size", type=ints(1, 256), default=CONV_KERNEL, help="DFlash 2: taps of the in-block "
+      "convolutions, 1 = none mixing across slots (default: %(default)s)")
     a("--target_layer_ids", default=TARGET_LAYER_IDS,
       help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
-    a("--gen_batch", type=int, default=GEN_BATCH, help="sequences generated in parallel for the drafter data")
-    a("--block_size", type=int, default=BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
-    a("--draft_steps", type=int, default=DRAFT_STEPS, help="drafter optimisation steps")
-    a("--draft_batch", type=int, default=DRAFT_BATCH, help="sequences per drafter step")
-    a("--draft_anchors", type=int, default=DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
-    a("--draft_lr", type=float, default=DRAFT_LR, help="drafter peak learning rate")
-    a("--gamma", type=float, default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) (default: %(default)s)")
-    a("--eval_prompts", type=int, default=EVAL_PROMPTS, help="validation prompts for the summary")
-    a("--eval_new_tokens", type=int, default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
+    a("--gen_batch", type=ints(1, 4096), default=GEN_BATCH, help="sequences generated in parallel for the drafter data")
+    a("--block_size", type=ints(2, 256), default=BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
+    a("--draft_steps", type=ints(1, MAX_COUNT), default=DRAFT_STEPS, help="drafter optimisation steps")
+    a("--draft_batch", type=ints(1, 4096), default=DRAFT_BATCH, help="sequences per drafter step")
+    a("--draft_anchors", type=ints(1, 256), default=DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
+    a("--draft_lr", type=floats(0, 1, low_open=True), default=DRAFT_LR, help="drafter peak learning rate")
+    a("--gamma", type=floats(0, low_open=True), default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) "
+      "(default: %(default)s)")
+    a("--eval_prompts", type=ints(1, 10000), default=EVAL_PROMPTS, help="validation prompts for the summary")
+    a("--eval_new_tokens", type=ints(2, 4096), default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
     args = p.parse_args(argv)
     if args.smoke:
         for k, v in SMOKE.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)
-    for flag in ("selector_top_k", "selector_rank", "conv_kernel_size"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    problem = check_flag_combinations(args)
+    if problem:
+        p.error(problem)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args
+
+
+def context_window(seq_len):
+    """The target's max_seq_len: room for the drafter's sequences and the summary's prompts."""
+    return max(512, seq_len)
+
+
+def check_flag_combinations(a):
+    """The checks that involve two flags; one line naming them and what is allowed, or None."""
+    heads = [h for h in range(1, a.n_embd + 1) if a.n_embd % h == 0 and (a.n_embd // h) % 2 == 0]
+    window = context_window(a.seq_len)
+    if a.n_head not in heads:
+        return (f"--n_head {a.n_head} must divide --n_embd {a.n_embd} into an even head size (RoPE rotates pairs); "
+                f"allowed: {', '.join(map(str, heads)) or 'none, make --n_embd even'}")
+    if a.drafter == "dflash2" and a.n_embd % DFlash2Config.conv_group_size:
+        return (f"--n_embd {a.n_embd} must be a multiple of {DFlash2Config.conv_group_size} for --drafter dflash2 "
+                "(one convolution tap per group of that many channels)")
+    if a.prompt_len + a.gen_len > window:
+        return (f"--prompt_len + --gen_len = {a.prompt_len + a.gen_len} must be at most the target's context window, "
+                f"max(512, --seq_len) = {window}")
+    if a.prompt_len + a.eval_new_tokens > window:
+        return (f"--prompt_len + --eval_new_tokens = {a.prompt_len + a.eval_new_tokens} must be at most the target's "
+                f"context window, max(512, --seq_len) = {window}")
+    if a.block_size > a.gen_len + 1:
+        return (f"--block_size {a.block_size} must be at most --gen_len + 1 = {a.gen_len + 1}: a training block's "
+                "labels are generated tokens")
+    if a.drafter == "dflash2" and a.conv_kernel_size > a.block_size:
+        return f"--conv_kernel_size {a.conv_kernel_size} must be at most --block_size {a.block_size}"
+    if a.drafter == "dflash2" and a.selector_top_k > a.vocab_size:
+        return f"--selector_top_k {a.selector_top_k} must be at most --vocab_size {a.vocab_size}"
+    if a.target_layer_ids:
+        try:
+            parse_layer_ids(a.target_layer_ids, a.n_layer)
+        except ValueError as e:
+            return str(e)
+    elif a.draft_layers > a.n_layer:
+        return (f"--draft_layers {a.draft_layers} must be at most --n_layer {a.n_layer} when --target_layer_ids is "
+                "empty (the paper's rule takes one target layer per drafter layer)")
+    return None
 
 
 def parse_layer_ids(text, n_layer):
@@ -161,6 +205,8 @@ def main(argv=None):
         for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
             if os.path.exists(f):
                 os.remove(f)
+        for f in [path["target"], path["drafter"], *(os.path.join(args.out, b) for _, b in baselines.KINDS.values())]:
+            ckpt.discard_resume(f)       # the state of stages interrupted mid-way
     t_start = time.perf_counter()
     text = load_corpus(args.data)
 
@@ -186,11 +232,12 @@ def main(argv=None):
         target_hist = ck["history"]
     else:
         cfg = GPTConfig(vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head, n_kv_head=args.n_head,
-                        n_embd=args.n_embd, mlp_hidden=3 * args.n_embd, max_seq_len=max(512, args.seq_len))
+                        n_embd=args.n_embd, mlp_hidden=3 * args.n_embd, max_seq_len=context_window(args.seq_len))
         target = GPT(cfg).to(args.device)
         print(f"[target] {sum(p.numel() for p in target.parameters()) / 1e6:.2f}M parameters: {cfg}")
         target_hist = train_target(target, train_ids, val_ids, args.target_steps, args.target_batch, args.seq_len,
-                                   args.target_lr, eval_every=max(1, args.target_steps // 5), seed=args.seed)
+                                   args.target_lr, eval_every=max(1, args.target_steps // 5), seed=args.seed,
+                                   resume=ckpt.resume_path(path["target"]))
         ckpt.save_target(path["target"], target, path["tok"], target_hist)
     target.eval()
 
@@ -236,7 +283,8 @@ def main(argv=None):
             return {**slots, "expected_tau": acc["expected_tau"], "tau": measure_tau(d, prompts[:4], args.eval_new_tokens)}
         draft_hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
                                    args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
-                                   eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4))
+                                   eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4),
+                                   resume=ckpt.resume_path(path["drafter"]))
         ckpt.save_drafter(path["drafter"], drafter, draft_hist)
 
     # 5. summary
@@ -268,7 +316,8 @@ def cli(argv=None):
     try:
         main(argv)
     except KeyboardInterrupt:
-        print("\ninterrupted: completed stages are saved; rerun the same command to resume", file=sys.stderr)
+        print("\ninterrupted: finished stages are saved, and the stage in progress as of its last step; "
+              "rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -50,6 +50,7 @@ from dataclasses import fields
 import torch
 
 from . import checkpoint as ckpt
+from .cli import MAX_COUNT, ints
 from .dflash2 import DFlash2Drafter
 from .drafter import Drafter, DrafterConfig, training_mask
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
@@ -178,19 +179,18 @@ def load_present(out_dir, target, device="cpu", main_kind=None):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=None, help="optimisation steps (default: train_tiny's drafter steps)")
+    p.add_argument("--steps", type=ints(1, MAX_COUNT), default=None, help="optimisation steps (default: train_tiny's "
+                   "drafter steps)")
     p.add_argument("--smoke", action="store_true", help="train_tiny --smoke's drafter recipe (for smoke checkpoints)")
-    p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints exist")
+    p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints or resume files exist")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--eval_prompts", type=int, default=16, help="held-out prompts for τ (default: %(default)s)")
+    p.add_argument("--eval_prompts", type=ints(1, 10000), default=16, help="held-out prompts for τ (default: %(default)s)")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to train, of "
                    f"{', '.join(KINDS)}; drafter.pt's own kind is never retrained (default: all)")
     args = p.parse_args(argv)
     args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if not args.kinds or set(args.kinds) - set(KINDS):
         p.error(f"--kinds must name some of {', '.join(KINDS)}, got {','.join(args.kinds) or 'none'}")
-    if args.steps is not None and args.steps < 1:
-        p.error("--steps must be >= 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args
@@ -207,6 +207,8 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
             log(f"[{kind}] found {path}, skipping")
             models[kind] = load_baseline(path, target, kind, device)[0]
             continue
+        if fresh:
+            ckpt.discard_resume(path)
         torch.manual_seed(recipe["seed"])
         d = cls(base_config(drafter.config, cls), target).to(device)
         log(f"[{kind}] {cls.__name__}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M parameters, "
@@ -216,7 +218,7 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
         hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"], recipe["lr"],
                              min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"], eval_fn=eval_fn,
-                             eval_every=max(1, recipe["steps"] // 4))
+                             eval_every=max(1, recipe["steps"] // 4), resume=ckpt.resume_path(path))
         save_baseline(path, d, hist)
         models[kind] = d
     return models
@@ -235,6 +237,10 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished baselines are saved, and the one in progress as of its last step; "
+              "rerun the same command to resume", file=sys.stderr)
+        sys.exit(130)
     print(f"training: {time.perf_counter() - t0:.0f}s")
     torch.set_num_threads(1)                                          # decoding, as train_tiny's summary
     P, val = data["prompt_len"], data["val"]

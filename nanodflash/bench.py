@@ -45,6 +45,7 @@ from .baselines import AR_KS, load_present
 from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_cost_curve, format_draft_steps,
                            oracle_section, realistic_context, step_costs)
 from .checkpoint import load
+from .cli import MAX_COUNT, MAX_SEED, ints, threads
 from .data import load_corpus, split_train_val
 from .prompt_lookup import PromptLookupDrafter
 from .speculative import generate, speculative_generate
@@ -232,18 +233,19 @@ def parse_args(argv=None):
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
     p.add_argument("--data", default=None, help="corpus the prompts come from; use train_tiny.py's --data "
                    "(default: the built-in stdlib corpus)")
-    p.add_argument("--n_prompts", type=int, default=N_PROMPTS, help="validation prompts (default: %(default)s)")
-    p.add_argument("--max_new_tokens", type=int, default=MAX_NEW_TOKENS, help="tokens generated per prompt (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=SEED, help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS,
+                   help="validation prompts (default: %(default)s)")
+    p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
+                   help="tokens generated per prompt, 2 at least: one token makes no draft/verify step "
+                   "(default: %(default)s)")
+    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED,
+                   help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=THREADS,
-                   help="torch CPU threads (default: %(default)s, like train_tiny.py's summary)")
+    p.add_argument("--threads", type=threads, default=THREADS,
+                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like train_tiny.py's "
+                   "summary)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
-    if args.n_prompts < 1 or args.max_new_tokens < 2:
-        p.error("need --n_prompts >= 1 and --max_new_tokens >= 2 (one token makes no draft/verify step)")
-    if args.threads < 1:
-        p.error("--threads must be >= 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
     return args

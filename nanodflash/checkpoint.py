@@ -5,6 +5,8 @@ An output folder written by `train_tiny.py --out DIR` holds:
     target.pt       {"config", "model", "tokenizer", "history"}
     data.pt         target-generated sequences the drafter trains on
     drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind "dflash" or "dflash2"
+While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
+stage checkpoint deletes it.
 """
 
 import os
@@ -30,6 +32,17 @@ def atomic_save(obj, path):
     os.replace(tmp, path)
 
 
+def resume_path(path):
+    """Where the stage that writes `path` keeps its resume file while it trains."""
+    return f"{path}.resume"
+
+
+def discard_resume(path):
+    """The stage that writes `path` is done (or starts over): its resume file goes."""
+    if os.path.exists(resume_path(path)):
+        os.remove(resume_path(path))
+
+
 def read(path, what, make="python train_tiny.py"):
     """torch.load with messages that say what is wrong and what to do (`make`: the command that writes it)."""
     if not os.path.exists(path):
@@ -47,6 +60,7 @@ def save_target(path, target, tokenizer_path, history=None):
         tok_text = f.read()
     atomic_save({"config": asdict(target.config), "model": target.state_dict(), "tokenizer": tok_text,
                  "history": history or {}}, path)
+    discard_resume(path)
 
 
 def load_target(path, device="cpu"):
@@ -61,6 +75,7 @@ def save_drafter(path, drafter, history=None):
     atomic_save({"kind": getattr(drafter, "kind", None), "config": asdict(drafter.config),
                  "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
                  "history": history or {}}, path)
+    discard_resume(path)
 
 
 def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python train_tiny.py",

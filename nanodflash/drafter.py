@@ -127,6 +127,14 @@ class Drafter(nn.Module):
             raise ValueError(f"drafter width {c.n_embd} must equal the target's {target.config.n_embd}")
         if not 0 <= c.mask_token_id < target.config.vocab_size:
             raise ValueError(f"mask_token_id {c.mask_token_id} is not in the target's vocabulary")
+        L = target.config.n_layer
+        if not c.target_layer_ids or not all(0 <= i < L for i in c.target_layer_ids):
+            raise ValueError(f"target_layer_ids {c.target_layer_ids} must name at least one target layer, each in "
+                             f"0..{L - 1}; DrafterConfig.for_target(target.config, mask_id) picks them by the "
+                             "paper's rule")
+        if c.block_size < 2 or c.n_layer < 1:
+            raise ValueError(f"need block_size >= 2 (an anchor and a draft) and n_layer >= 1, got {c.block_size} "
+                             f"and {c.n_layer}")
         object.__setattr__(self, "target", target)    # borrowed, frozen, and NOT one of our parameters
         self.fc = nn.Linear(len(c.target_layer_ids) * c.n_embd, c.n_embd, bias=False)
         self.hidden_norm = RMSNorm(c.n_embd, c.norm_eps)

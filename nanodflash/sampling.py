@@ -12,8 +12,8 @@ import torch
 
 def check_sampling_args(temperature, top_k, top_p):
     """Raise ValueError with a clear message for settings that make no distribution."""
-    if temperature is None or temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if temperature is None or not 0 <= temperature < float("inf"):           # `not ... <=` also catches NaN
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
     if top_k is not None and (int(top_k) != top_k or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:

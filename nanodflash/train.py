@@ -1,17 +1,21 @@
 """Training loops: the target GPT (next-token prediction) and the shared pieces both loops use.
 
 AdamW, linear warmup then cosine decay to 10% of the peak, gradient clipping, a progress line with
-tokens/s and ETA, periodic validation loss. Drafter training lives in train_drafter.py.
+tokens/s and ETA, periodic validation loss. Given `resume=PATH`, a loop saves its whole state there
+every ~45 s and at Ctrl-C, and a rerun continues from it (resume.py). Drafter training lives in
+train_drafter.py.
 """
 
 import math
 import sys
 import time
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 
 from .data import get_batch
+from .resume import Resume, data_hash
 
 
 def lr_at(step, total_steps, peak_lr, warmup_frac=0.04, min_ratio=0.1):
@@ -24,10 +28,10 @@ def lr_at(step, total_steps, peak_lr, warmup_frac=0.04, min_ratio=0.1):
 
 
 class Progress:
-    """One line per report: step, loss, lr, tokens/s and ETA."""
+    """One line per report: step, loss, lr, tokens/s and ETA (over this run's steps: `start` were done before)."""
 
-    def __init__(self, name, total_steps, every, stream=sys.stdout):
-        self.name, self.total, self.every, self.stream = name, total_steps, every, stream
+    def __init__(self, name, total_steps, every, stream=sys.stdout, start=0):
+        self.name, self.total, self.every, self.stream, self.start = name, total_steps, every, stream, start
         self.t0, self.tokens = time.perf_counter(), 0
 
     def step(self, step, loss, lr, tokens, extra=""):
@@ -35,7 +39,7 @@ class Progress:
         if step % self.every and step != self.total - 1 and not extra:
             return
         dt = time.perf_counter() - self.t0
-        eta = dt / (step + 1) * (self.total - step - 1)
+        eta = dt / (step + 1 - self.start) * (self.total - step - 1)
         print(f"[{self.name}] step {step + 1:5d}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
               f"{self.tokens / max(dt, 1e-9):8.0f} tok/s | elapsed {dt:5.0f}s | eta {eta:4.0f}s{extra}",
               file=self.stream, flush=True)
@@ -65,32 +69,40 @@ def estimate_loss(model, ids, batch_size, seq_len, n_batches, seed=1234):
 
 
 def train_target(model, train_ids, val_ids, steps, batch_size, seq_len, lr, eval_every=100,
-                 eval_batches=8, grad_clip=1.0, seed=0, log_every=20):
-    """Train the target on random windows; returns history {"step", "train_loss", "val_loss"}."""
+                 eval_batches=8, grad_clip=1.0, seed=0, log_every=20, resume=None):
+    """Train the target on random windows; returns history {"step", "train_loss", "val_loss"}.
+    `resume`: path of a resume file (resume.py), continued from if it exists."""
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(seed)
     opt = make_optimizer(model.parameters(), lr)
-    progress = Progress("target", steps, log_every)
     history = {"step": [], "train_loss": [], "val_loss": []}
+    settings = dict(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, eval_every=eval_every,
+                    eval_batches=eval_batches, grad_clip=grad_clip, seed=seed, config=asdict(model.config),
+                    data=data_hash(train_ids, val_ids))
+    state = Resume(resume, "target", settings, model=model, optimizer=opt, data_order=g, history=history)
+    first = state.restore(steps)
+    progress = Progress("target", steps, log_every, start=first)
     model.train()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr)
-        x, y = get_batch(train_ids, batch_size, seq_len, g, device)
-        logits, _ = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        extra = ""
-        if (step + 1) % eval_every == 0 or step == steps - 1:
-            tr = estimate_loss(model, train_ids, batch_size, seq_len, eval_batches)
-            va = estimate_loss(model, val_ids, batch_size, seq_len, eval_batches)
-            history["step"].append(step + 1)
-            history["train_loss"].append(tr)
-            history["val_loss"].append(va)
-            extra = f" | train {tr:.3f} val {va:.3f}"
-        progress.step(step, loss.item(), lr_at(step, steps, lr), x.numel(), extra)
+    with state.deferring_ctrl_c():
+        for step in range(first, steps):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, steps, lr)
+            x, y = get_batch(train_ids, batch_size, seq_len, g, device)
+            logits, _ = model(x)
+            loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            extra = ""
+            if (step + 1) % eval_every == 0 or step == steps - 1:
+                tr = estimate_loss(model, train_ids, batch_size, seq_len, eval_batches)
+                va = estimate_loss(model, val_ids, batch_size, seq_len, eval_batches)
+                history["step"].append(step + 1)
+                history["train_loss"].append(tr)
+                history["val_loss"].append(va)
+                extra = f" | train {tr:.3f} val {va:.3f}"
+            progress.step(step, loss.item(), lr_at(step, steps, lr), x.numel(), extra)
+            state.step_done(step + 1)                   # saves every ~45 s, and at Ctrl-C (then stops)
     model.eval()
     return history

@@ -11,10 +11,12 @@
 """
 
 import time
+from dataclasses import asdict
 
 import torch
 
 from .drafter import loss_decay_weights
+from .resume import Resume, data_hash
 from .sampling import next_token
 from .speculative import speculative_generate
 from .train import Progress, lr_at, make_optimizer
@@ -63,46 +65,54 @@ def target_features(target, seqs, layer_ids, batch_size=64):
 
 
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
-                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30):
-    """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict."""
+                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None):
+    """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict.
+    `resume`: path of a resume file (resume.py), continued from if it exists."""
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
     target.requires_grad_(False)
     g = torch.Generator().manual_seed(seed)
     weights = loss_decay_weights(c.block_size, gamma).to(device)
     opt = make_optimizer(drafter.parameters(), lr)
-    progress = Progress("drafter", steps, log_every)
     history = {"step": [], "loss": [], "eval": []}
+    settings = dict(kind=getattr(drafter, "kind", None), config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
+                    steps=steps, batch_size=batch_size, n_anchors=n_anchors, lr=lr, min_anchor=min_anchor,
+                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every)
+    state = Resume(resume, "drafter", settings, model=drafter, optimizer=opt, data_order=g, history=history)
+    first = state.restore(steps)
+    progress = Progress("drafter", steps, log_every, start=first)
     # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
     # (when they fit in memory) instead of once per step.
     n_bytes = seqs.numel() * len(c.target_layer_ids) * c.n_embd * 4
     all_feats = target_features(target, seqs, c.target_layer_ids).cpu() if n_bytes < precompute_limit else None
     drafter.train()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr)
-        rows = torch.randint(0, seqs.size(0), (batch_size,), generator=g)
-        x = seqs[rows].to(device)                                              # (N, S)
-        feats = all_feats[rows].to(device) if all_feats is not None else target_features(target, x, c.target_layer_ids)
-        anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
-        loss, out = drafter.loss(feats, x, anchors, weights)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
-        opt.step()
-        history["step"].append(step + 1)
-        history["loss"].append(loss.item())
-        parts = {k: float(out[k]) for k in PARTS if k in out}                   # DFlash 2: its two losses, recall
-        for k, v in parts.items():
-            history.setdefault(k, []).append(v)
-        extra = "".join(f" | {k} {v:.3f}" for k, v in parts.items()) if step % log_every == 0 else ""
-        if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
-            drafter.eval()
-            result = eval_fn(drafter)
-            drafter.train()
-            history["eval"].append({"step": step + 1, **result})
-            extra += " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
-        progress.step(step, loss.item(), lr_at(step, steps, lr), batch_size * n_anchors * c.block_size, extra)
+    with state.deferring_ctrl_c():
+        for step in range(first, steps):
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, steps, lr)
+            rows = torch.randint(0, seqs.size(0), (batch_size,), generator=g)
+            x = seqs[rows].to(device)                                          # (N, S)
+            feats = all_feats[rows].to(device) if all_feats is not None else target_features(target, x, c.target_layer_ids)
+            anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
+            loss, out = drafter.loss(feats, x, anchors, weights)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
+            opt.step()
+            history["step"].append(step + 1)
+            history["loss"].append(loss.item())
+            parts = {k: float(out[k]) for k in PARTS if k in out}               # DFlash 2: its two losses, recall
+            for k, v in parts.items():
+                history.setdefault(k, []).append(v)
+            extra = "".join(f" | {k} {v:.3f}" for k, v in parts.items()) if step % log_every == 0 else ""
+            if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
+                drafter.eval()
+                result = eval_fn(drafter)
+                drafter.train()
+                history["eval"].append({"step": step + 1, **result})
+                extra += " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
+            progress.step(step, loss.item(), lr_at(step, steps, lr), batch_size * n_anchors * c.block_size, extra)
+            state.step_done(step + 1)                   # saves every ~45 s, and at Ctrl-C (then stops)
     drafter.eval()
     return history
 

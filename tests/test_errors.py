@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (dict(block_size=0), "block_size must be an integer in"),
     (dict(block_size=17), "block_size must be an integer in"),
     (dict(temperature=-0.5), "temperature must be >= 0"),
+    (dict(temperature=float("nan")), "temperature must be >= 0 and finite"),
     (dict(temperature=1.0, top_p=0.0), "top_p must be in"),
     (dict(temperature=1.0, top_p=1.5), "top_p must be in"),
     (dict(temperature=1.0, top_k=0), "top_k must be a positive integer"),
@@ -151,8 +152,17 @@ def test_a_found_drafter_of_another_kind_than_asked_for_is_refused_with_what_to_
         train_tiny.main(["--smoke", "--out", str(tmp_path), "--drafter", other])
 
 
-@pytest.mark.parametrize("flag", ["--selector_top_k", "--selector_rank", "--conv_kernel_size"])
-def test_dflash2_size_flags_below_one_are_refused_before_any_work(flag, capsys):
-    with pytest.raises(SystemExit):
-        train_tiny.parse_args([flag, "0"])
-    assert f"{flag} must be >= 1, got 0" in capsys.readouterr().err
+@pytest.mark.parametrize("change,message", [
+    (None, r"target_layer_ids \[\] must name at least one target layer, each in 0..2"),
+    (dict(target_layer_ids=[0, 3]), r"target_layer_ids \[0, 3\] must name at least one target layer, each in 0..2"),
+    (dict(block_size=1), "need block_size >= 2"),
+])
+def test_a_drafter_config_that_cannot_work_is_refused_when_the_drafter_is_built(target, change, message):
+    """None: a DrafterConfig made by hand without target_layer_ids (it used to build, then fail in torch.cat)."""
+    from dataclasses import replace
+    from nanodflash.drafter import Drafter, DrafterConfig
+    c = target.config
+    config = (DrafterConfig(mask_token_id=c.vocab_size - 1, n_embd=c.n_embd, n_head=c.n_head, n_kv_head=c.n_kv_head)
+              if change is None else replace(tiny_drafter(target).config, **change))
+    with pytest.raises(ValueError, match=message):
+        Drafter(config, target)

@@ -1,0 +1,57 @@
+"""Flag checks shared by the scripts: argparse `type=` functions that refuse bad numbers before any work.
+
+    a("--n_seqs", type=ints(1, MAX_COUNT))     # error: argument --n_seqs: must be an integer in [1, 1000000], got 0
+    a("--top_p", type=floats(0, 1, low_open=True))  # error: argument --top_p: must be a number in (0, 1], got nan
+
+argparse prints the usage line, then one error line naming the flag ("argument --n_seqs: ") and the allowed
+range. Every float flag refuses NaN and ±inf: NaN passes every `x < 0` test, which is how it used to slip through.
+Checks that involve two flags (--n_head must divide --n_embd) stay in each script, after parsing.
+"""
+
+import argparse
+import math
+import os
+
+MAX_COUNT = 10**6       # steps, sequences, prompts, tokens: nothing else bounds them; this stops a typo from
+                        # starting a run of days (the default run takes 2000 drafter steps)
+MAX_SEED = 2**32 - 1
+
+
+def _range(low, high, low_open=False):
+    left = f"({low}" if low_open else f"[{low}"
+    if high is None:
+        return f"> {low}" if low_open else f">= {low}"
+    return f"in {left}, {high}]"
+
+
+def ints(low, high=None):
+    """type= for an integer flag in [low, high] (high=None: no upper bound)."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer {_range(low, high)}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {_range(low, high)}, got {value}")
+        return value
+    return parse
+
+
+def floats(low, high=None, low_open=False):
+    """type= for a finite float flag in [low, high], or (low, high] with low_open (high=None: no upper bound)."""
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a finite number {_range(low, high, low_open)}, "
+                                             f"got {text!r}") from None
+        too_low = value <= low if low_open else value < low
+        if not math.isfinite(value) or too_low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be a finite number {_range(low, high, low_open)}, got {text}")
+        return value
+    return parse
+
+
+def threads(text):
+    """type= for --threads: 1 up to this machine's CPU count (more only adds contention)."""
+    return ints(1, os.cpu_count() or 1)(text)

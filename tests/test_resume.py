@@ -1,0 +1,161 @@
+"""A training stage interrupted mid-way resumes where it stopped and ends with exactly the weights of a run
+that was never interrupted; a resume file from other settings is refused, a corrupt one is redone.
+
+The reference is the session's uninterrupted `train_tiny.py --smoke` run (conftest's smoke_out, default
+drafter kind: dflash2). Runs here copy its finished stages they do not test, so only the stage under test
+trains. `resume.on_step` is the hook that interrupts a run at a chosen step: with a real SIGINT (Ctrl-C,
+which saves at the end of the step), or with an exception (a kill: nothing is saved at that moment).
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train_tiny
+from nanodflash import resume
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Killed(Exception):
+    """Stands for a kill -9 / closed lid: the process stops with no chance to save."""
+
+
+def copy_stages(src, dst, files):
+    dst.mkdir()
+    for f in files:
+        shutil.copy(src / f, dst / f)
+    return dst
+
+
+def interrupt(monkeypatch, stage, at, how):
+    def hook(s, step):
+        if (s, step) == (stage, at):
+            if how == "ctrl-c":
+                signal.raise_signal(signal.SIGINT)
+            else:
+                raise Killed
+    monkeypatch.setattr(resume, "on_step", hook)
+
+
+def assert_same_as_uninterrupted(out, ref, files=("target.pt", "drafter.pt")):
+    for f in files:
+        a, b = torch.load(out / f, weights_only=False), torch.load(ref / f, weights_only=False)
+        assert a["model"].keys() == b["model"].keys(), f"{f}: the resumed run saved other tensors"
+        differ = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
+        assert not differ, f"{f}: weights differ from the uninterrupted run's in {len(differ)} tensors, e.g. {differ[:3]}"
+        assert a["history"] == b["history"], f"{f}: the history (losses, evals) differs from the uninterrupted run's"
+
+
+def test_ctrl_c_in_the_target_stage_saves_it_and_the_rerun_resumes_there_with_the_same_final_weights(
+        smoke_out, tmp_path, monkeypatch, capsys):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
+    interrupt(monkeypatch, "target", 12, "ctrl-c")
+    with pytest.raises(SystemExit) as e:
+        train_tiny.cli(["--smoke", "--out", str(out)])
+    assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, "Ctrl-C should end with the resume hint"
+    assert (out / "target.pt.resume").exists() and not (out / "target.pt").exists(), \
+        "Ctrl-C inside the target stage should leave its resume file, and no target.pt"
+    monkeypatch.setattr(resume, "on_step", None)
+    train_tiny.main(["--smoke", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "resuming target at step 12 of 30" in printed, f"the rerun should say where it resumes:\n{printed[:600]}"
+    assert not (out / "target.pt.resume").exists(), "the resume file should go once target.pt is written"
+    assert_same_as_uninterrupted(out, smoke_out)
+
+
+def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_save_with_the_same_final_weights(
+        smoke_out, tmp_path, monkeypatch, capsys):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])
+    monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)            # a periodic save after every step
+    interrupt(monkeypatch, "drafter", 20, "kill")
+    with pytest.raises(Killed):
+        train_tiny.main(["--smoke", "--out", str(out)])
+    saved = torch.load(out / "drafter.pt.resume", weights_only=False)["step"]
+    assert saved == 19, f"the last periodic save before the kill at step 20 should hold 19 steps, holds {saved}"
+    monkeypatch.setattr(resume, "on_step", None)
+    train_tiny.main(["--smoke", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "resuming drafter at step 19 of 30" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
+    assert not (out / "drafter.pt.resume").exists(), "the resume file should go once drafter.pt is written"
+    assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
+
+
+def test_a_resume_file_from_other_settings_is_refused_naming_the_difference_and_fresh_starts_over(
+        smoke_out, tmp_path, monkeypatch, capsys):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])
+    interrupt(monkeypatch, "drafter", 3, "ctrl-c")
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny.main(["--smoke", "--out", str(out), "--draft_steps", "40"])
+    monkeypatch.setattr(resume, "on_step", None)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        train_tiny.cli(["--smoke", "--out", str(out)])                # the smoke default: 30 drafter steps
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 1 and len(err.splitlines()) == 1, f"expected one error line and status 1, got:\n{err}"
+    assert "steps (file: 40, now: 30)" in err and "--fresh" in err, f"the message should name the difference " \
+                                                                     f"and --fresh: {err}"
+    interrupt(monkeypatch, "target", 1, "kill")                      # --fresh: stop it as soon as it trains
+    with pytest.raises(Killed):
+        train_tiny.main(["--smoke", "--out", str(out), "--fresh"])
+    assert not (out / "drafter.pt.resume").exists(), "--fresh should delete the old resume file"
+
+
+def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_cleanly(
+        smoke_out, tmp_path, monkeypatch, capsys):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])
+    interrupt(monkeypatch, "drafter", 5, "ctrl-c")
+    with pytest.raises(KeyboardInterrupt):
+        train_tiny.main(["--smoke", "--out", str(out)])
+    path = out / "drafter.pt.resume"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    monkeypatch.setattr(resume, "on_step", None)
+    capsys.readouterr()
+    train_tiny.main(["--smoke", "--out", str(out)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "corrupt" in line]
+    assert len(lines) == 1 and "drafter.pt.resume is corrupt or truncated" in lines[0] and "over" in lines[0], \
+        f"expected one line reporting the corrupt resume file, got {lines}"
+    assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
+
+
+def test_a_real_sigint_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
+                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        for line in proc.stdout:                                      # wait until the target is training
+            if b"[target] step" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, f"expected exit status 130 after Ctrl-C, got {proc.returncode}: {err[-500:]}"
+    assert b"Traceback" not in err and b"rerun the same command to resume" in err, f"unclear message: {err[-500:]}"
+    saved = torch.load(out / "target.pt.resume", weights_only=False)
+    assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the Ctrl-C save should hold the steps done"
+
+
+def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
+    from nanodflash import baselines, checkpoint as ckpt
+    target, _ = ckpt.load_target(str(smoke_out / "target.pt"))
+    drafter, _ = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)
+    data = ckpt.read(str(smoke_out / "data.pt"), "generated data")
+    recipe, quiet = dict(baselines.SMOKE_RECIPE, steps=8), (lambda *_: None)
+
+    def train(out):
+        return baselines.train_baselines(str(out), target, drafter, data, recipe, kinds=("nofeat",), log=quiet)["nofeat"]
+    reference = train(tmp_path / "ref").state_dict()
+    interrupt(monkeypatch, "drafter", 4, "ctrl-c")
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "run")
+    assert (tmp_path / "run" / f"{baselines.NOFEAT}.resume").exists(), "the baseline's Ctrl-C save is missing"
+    monkeypatch.setattr(resume, "on_step", None)
+    resumed = train(tmp_path / "run").state_dict()
+    differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+    assert not differ, f"the resumed baseline differs from the uninterrupted one in {differ[:3]}"
