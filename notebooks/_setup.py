@@ -1,0 +1,94 @@
+"""What every notebook does first: find the repository, load a run's checkpoints, and pick code prompts.
+
+    from _setup import load_run, code_prompt, held_out_prompts
+    tok, target, drafter, data, OUT = load_run()
+
+Checkpoints come from $NANODFLASH_OUT (what `python train_tiny.py --out DIR` wrote), default <repo>/out.
+When that folder has none, smoke-sized ones are trained next to it (in DIR_smoke, never *into* DIR:
+train_tiny.py skips stages whose checkpoints exist, so toy ones in out/ would stand in for a real run later).
+
+Prompts: the default corpus is Python standard-library *source*, so the target is a code model and every
+prompt here is code, either hand-written (`code_prompt`, which refuses prose) or held-out from the
+validation split (`held_out_prompts`: the corpus prompts of the generated held-out sequences in data.pt).
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))                 # so that `import nanodflash` and `import train_tiny` work
+
+import torch                                       # noqa: E402
+
+import nanodflash                                  # noqa: E402
+from nanodflash.checkpoint import read             # noqa: E402
+
+FILES = ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt")
+
+# The hand-written prompt of notebooks 1-3: a method body the default target continues with more methods.
+CODE_PROMPT = "    def __repr__(self):\n        return"
+
+# A prompt "looks like code" if some line starts with a Python keyword or has code punctuation.
+_CODE = re.compile(r"^\s*(def|class|import|from|return|if|elif|else|for|while|with|try|except|raise|yield|"
+                   r"assert|pass|@\w+)\b|[()\[\]{}=]|\w\.\w|:\s*$", re.MULTILINE)
+
+
+def looks_like_code(text):
+    """True if `text` has a Python keyword at a line start or code punctuation; False for plain English."""
+    return bool(_CODE.search(text))
+
+
+def code_prompt(tok, text):
+    """The ids of a hand-written code prompt; refuses prose (the default target only knows code)."""
+    if not looks_like_code(text):
+        raise ValueError(f"{text!r} reads like prose; the default target learned Python source: prompt it with code")
+    return tok.encode_ordinary(text)
+
+
+def held_out_prompts(data, n, start=0):
+    """n corpus prompts from the validation split (the first prompt_len tokens of data.pt's held-out
+    sequences, which the drafter never trained on), from sequence `start` on."""
+    val = data["val"][start: start + n]
+    return [s[: data["prompt_len"]].tolist() for s in val]
+
+
+def has_checkpoints(folder):
+    return all((Path(folder) / f).is_file() for f in FILES)
+
+
+def find_out():
+    """The checkpoint folder: $NANODFLASH_OUT (default <repo>/out), or smoke-sized ones trained next to it."""
+    out = Path(os.environ.get("NANODFLASH_OUT", ROOT / "out"))
+    if has_checkpoints(out):
+        return out
+    smoke = out.with_name(out.name + "_smoke")
+    print(f"no checkpoints in {out}: using smoke-sized ones in {smoke}. Toy models give toy numbers "
+          "(the smoke target may just repeat one token); run `python train_tiny.py` for real ones.")
+    if not has_checkpoints(smoke):
+        import train_tiny
+        train_tiny.main(["--smoke", "--out", str(smoke)])
+    return smoke
+
+
+def n_params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def load_run(verbose=True, seed=0):
+    """tok, target, drafter, data, OUT: the tokenizer, the target, the drafter (DFlash 2 by default; see
+    drafter.kind), the generated data (data["train"], data["val"], data["prompt_len"]) and the folder."""
+    torch.set_num_threads(1)       # batch-1 decoding of tiny models is overhead-bound (as in train_tiny / bench)
+    out = find_out()
+    tok, target, drafter = nanodflash.load(out)
+    data = read(str(out / "data.pt"), "generated data")
+    torch.manual_seed(seed)
+    if verbose:
+        print(f"checkpoints from {out}")
+        print(f"target:  {n_params(target):>9,} parameters | {target.config}")
+        print(f"drafter: {n_params(drafter):>9,} parameters | kind {drafter.kind!r} | {drafter.config}")
+        print(f"data:    {tuple(data['train'].shape)} train / {tuple(data['val'].shape)} held-out sequences "
+              f"= {data['prompt_len']} corpus tokens + the target's continuation")
+    return tok, target, drafter, data, out
