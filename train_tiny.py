@@ -93,8 +93,8 @@ def parse_args(argv=None):
       "(default: %(default)s)")
     a("--selector_rank", type=ints(1, 4096), default=SELECTOR_RANK, help="DFlash 2: rank of the predecessor x "
       "candidate term (default: %(default)s)")
-    a("--conv_kernel_size", type=ints(1, 256), default=CONV_KERNEL, help="DFlash 2: taps of the in-block "
-      "convolutions, 1 = none mixing across slots (default: %(default)s)")
+    a("--conv_kernel_size", type=ints(0, 256), default=CONV_KERNEL, help="DFlash 2: taps of the in-block "
+      "convolutions, 1 = none mixing across slots, 0 = no convolutions: the selector alone (default: %(default)s)")
     a("--target_layer_ids", default=TARGET_LAYER_IDS,
       help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
     a("--gen_batch", type=ints(1, 4096), default=GEN_BATCH, help="sequences generated in parallel for the drafter data")

@@ -35,7 +35,8 @@ from .sampling import probs_from_logits
 
 @dataclass
 class DFlash2Config(DrafterConfig):
-    conv_kernel_size: int = 2       # taps of the in-block convolutions (2 in released models)
+    conv_kernel_size: int = 2       # taps of the in-block convolutions (2 in released models; 0 = none: the
+                                    # selector alone, which exports as identity convolutions of kernel 1)
     conv_group_size: int = 16       # channels sharing one dynamic tap value
     selector_rank: int = 64         # rank r of the predecessor x candidate term
     selector_top_k: int = 16        # candidates per slot
@@ -144,23 +145,28 @@ class CandidateSelector(nn.Module):
 
 
 class DFlash2Drafter(Drafter):
-    """The DFlash drafter with in-block convolutions in every layer and a candidate selector on top."""
+    """The DFlash drafter with in-block convolutions in every layer (unless conv_kernel_size is 0) and a
+    candidate selector on top."""
     kind = "dflash2"
     config_class = DFlash2Config
 
     def __init__(self, config, target):
         super().__init__(config, target)
         c = config
-        for layer in self.layers:                       # names as in the official checkpoints
+        for layer in self.layers if c.conv_kernel_size else []:     # names as in the official checkpoints
             layer.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
             layer.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
         self.candidate_selector = CandidateSelector(target.config.vocab_size, c.n_embd, c.selector_rank,
                                                     c.selector_top_k)
 
     def _attn_input(self, layer, x):
+        if not self.config.conv_kernel_size:
+            return super()._attn_input(layer, x)
         return layer.attention_conv.prepare(layer.input_layernorm(x))          # (mixed input, output taps)
 
     def _attend_mlp(self, layer, x, h, taps, k, v, cos, sin, mask):
+        if not self.config.conv_kernel_size:
+            return super()._attend_mlp(layer, x, h, taps, k, v, cos, sin, mask)
         y = layer.self_attn.attend(layer.self_attn.query(h, cos, sin), k, v, mask)
         x = x + layer.attention_conv.finish(y, taps)
         u, taps = layer.mlp_conv.prepare(layer.post_attention_layernorm(x))

@@ -259,3 +259,17 @@ def test_a_deliberately_wrong_verifier_fails_with_the_selectors_q(sampling_model
     counts, _ = speculative_counts(target, d, wrong, 1.0, None, None)
     p = chi_square_p_value(counts, exact, sum(counts.values()))
     assert p < 1e-4, f"the test cannot tell {wrong.__name__} from a correct verifier (p={p:.2e}): it has no power"
+
+
+def test_without_convolutions_dflash2_is_the_dflash_drafter_plus_the_selector(target):
+    d1 = tiny_drafter(target, seed=3)
+    d0 = tiny_dflash2(target, seed=3)
+    d0.config.conv_kernel_size = 0                                             # what DFlash2Config(conv_kernel_size=0) builds
+    torch.manual_seed(3)
+    d0 = DFlash2Drafter(d0.config, target).double().eval()
+    assert not any("conv" in n for n, _ in d0.named_parameters()), "conv_kernel_size 0 must build no convolutions"
+    for prompt in PROMPTS:
+        o1, s1 = speculative_generate(target, d1, prompt, 40)
+        o0, s0 = speculative_generate(target, d0, prompt, 40)
+        assert o0 == o1 == generate(target, prompt, 40) and s0.accepted_drafts == s1.accepted_drafts, \
+            "a fresh selector-only drafter must draft what DFlash drafts"

@@ -49,7 +49,7 @@ CASES = [
     ("train_tiny.py", ["--selector_top_k", "1000", "--vocab_size", "512"], "--selector_top_k 1000 must be at most "
                                                                            "--vocab_size 512"),
     ("train_tiny.py", ["--selector_rank", "0"], "argument --selector_rank: must be an integer in [1, 4096], got 0"),
-    ("train_tiny.py", ["--conv_kernel_size", "0"], "argument --conv_kernel_size: must be an integer in [1, 256], got 0"),
+    ("train_tiny.py", ["--conv_kernel_size", "-1"], "argument --conv_kernel_size: must be an integer in [0, 256], got -1"),
     ("train_tiny.py", ["--conv_kernel_size", "17"], "--conv_kernel_size 17 must be at most --block_size 16"),
     ("train_tiny.py", ["--gen_batch", "0"], "argument --gen_batch: must be an integer in [1, 4096], got 0"),
     ("train_tiny.py", ["--block_size", "1"], "argument --block_size: must be an integer in [2, 256], got 1"),
