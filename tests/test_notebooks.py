@@ -112,7 +112,7 @@ def test_notebooks_use_the_shared_setup(path):
     assert not any("ROOT = next(" in s for s in sources), f"{path.name}: a copy of the old setup cell is left"
 
 
-TOURS = [p for p in NOTEBOOKS if p.name[:2] in {"01", "02", "03", "04", "05"}]
+TOURS = [p for p in NOTEBOOKS if p.name[:2] in {"01", "02", "03", "04", "05", "06"}]
 
 
 @pytest.mark.parametrize("path", TOURS, ids=[p.stem for p in TOURS])
