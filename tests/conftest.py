@@ -64,6 +64,21 @@ class OracleDrafter:
         return choose(logits)
 
 
+def smoke_run_in_training(out):
+    """`train_tiny.py --smoke` (with a target stage too long to finish) as a subprocess, returned once the
+    target is training; the caller stops it (kill, or a signal)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, os.path.join(root, "train_tiny.py"), "--smoke", "--out", str(out),
+                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+    for line in proc.stdout:                                          # wait until the target is training
+        if b"[target] step" in line:
+            break
+    return proc
+
+
 @pytest.fixture(scope="session")
 def target():
     return tiny_target()

@@ -10,7 +10,7 @@ import torch
 
 import nanodflash
 import train_tiny
-from conftest import tiny_drafter
+from conftest import smoke_run_in_training, tiny_drafter
 from nanodflash.speculative import generate, speculative_generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,15 +129,9 @@ def test_interrupted_training_resumes_from_the_last_complete_stage(tmp_path):
 
 def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
-                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    try:
-        for line in proc.stdout:                                      # wait until the target is training
-            if b"[target] step" in line:
-                break
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = smoke_run_in_training(out)
+    proc.kill()
+    proc.wait()
     assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
     r = run_train_tiny("--smoke", "--out", str(out))
     assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import train_tiny
+from conftest import smoke_run_in_training
 from nanodflash import resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,12 +126,8 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
 
 def test_a_real_sigint_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
-                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc = smoke_run_in_training(out)
     try:
-        for line in proc.stdout:                                      # wait until the target is training
-            if b"[target] step" in line:
-                break
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
