@@ -1,7 +1,7 @@
 """Sample with DFlash and see which tokens the drafter got right; compare with plain decoding.
 
     python sample.py                                   # out/, a validation prompt, greedy
-    python sample.py --prompt "The for statement" --temperature 0.8 --verifier rejection
+    python sample.py --prompt "    def __init__(self" --temperature 0.8 --verifier rejection
     python sample.py --out out_smoke --no-color
 
 Every draft/verify step emits the drafter's accepted tokens, then one token from the target (the

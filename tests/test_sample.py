@@ -42,7 +42,7 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
 
 def test_sample_runs_sampled_mode_with_the_rejection_verifier(smoke_out):
     r = run_sample("--out", smoke_out, "--max_new_tokens", 20, "--temperature", 1, "--verifier", "rejection",
-                   "--top_k", 50, "--prompt", "The for statement")
+                   "--top_k", 50, "--prompt", "    def __init__(self")
     assert r.returncode == 0, f"sample.py at T=1 failed:\n{r.stderr}"
     assert "self-check" not in r.stdout, "a token-by-token check makes no sense at T>0 and must not run"
 
