@@ -19,14 +19,12 @@ import torch
 
 from nanodflash import baselines, checkpoint as ckpt
 from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints
-from nanodflash.data import check_enough, load_corpus, split_train_val
-from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
-from nanodflash.drafter import Drafter, DrafterConfig
+from nanodflash.data import check_enough, load_corpus, split_train_val, window_prompts
+from nanodflash.dflash2 import DFlash2Config
 from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
-from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
+from nanodflash.train_drafter import generate_sequences, measure_tau, side_by_side, slot_accuracy, train_drafter
 
 # ----------------------------------------------------------------------------- defaults
 OUT = "out"
@@ -56,8 +54,6 @@ DECODE_THREADS = 1       # batch-1 decoding of tiny models is overhead-bound: ex
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # 16 prompts are too few: tau moved by 1.0 between machines
 SEED = 1337
 
-DRAFTER_CLASSES = {"dflash": (Drafter, DrafterConfig), "dflash2": (DFlash2Drafter, DFlash2Config)}
-
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
              block_size=8, eval_prompts=3, eval_new_tokens=24)
@@ -86,7 +82,7 @@ def parse_args(argv=None):
     a("--prompt_len", type=ints(1, 4096), default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
     a("--gen_len", type=ints(1, 4096), default=GEN_LEN, help="tokens the target generates per sequence")
     a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
-    a("--drafter", default=DRAFTER, choices=sorted(DRAFTER_CLASSES),
+    a("--drafter", default=DRAFTER, choices=sorted(k for k in ckpt.DRAFTER_KINDS if k),
       help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
     a("--draft_layers", type=ints(1, 64), default=DRAFT_LAYERS, help="drafter depth")
     a("--selector_top_k", type=ints(1, 1024), default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot "
@@ -169,30 +165,6 @@ def parse_layer_ids(text, n_layer):
     return ids
 
 
-def val_prompts(val_ids, n, length, seed):
-    g = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, val_ids.numel() - length, (n,), generator=g)
-    return [val_ids[s: s + length].tolist() for s in starts]
-
-
-def side_by_side(target, drafter, prompts, new_tokens, block_size):
-    """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
-    Returns (plain seconds, speculative seconds, τ of the speculative runs)."""
-    t_plain = t_spec = 0.0
-    emitted = steps = 0
-    for p in prompts:
-        t0 = time.perf_counter()
-        ref = generate(target, p, new_tokens)
-        t1 = time.perf_counter()
-        out, stats = speculative_generate(target, drafter, p, new_tokens, block_size=block_size)
-        t2 = time.perf_counter()
-        emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
-        if out != ref:
-            raise AssertionError("speculative greedy output differs from plain greedy decoding")
-        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
-    return t_plain, t_spec, emitted / max(steps, 1)
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.smoke:
@@ -257,7 +229,7 @@ def main(argv=None):
         ckpt.atomic_save(data, path["data"])
 
     # 4. drafter
-    prompts = val_prompts(val_ids, args.eval_prompts, args.prompt_len, args.seed + 2)
+    prompts = window_prompts(val_ids, args.eval_prompts, args.prompt_len, args.seed + 2)
     if os.path.exists(path["drafter"]):
         print(f"[drafter] found {path['drafter']}, skipping")
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
@@ -266,10 +238,10 @@ def main(argv=None):
                              f"{args.drafter} asked for; delete it to train one on the same target")
         draft_hist = ck["history"]
     else:
-        cls, config_cls = DRAFTER_CLASSES[args.drafter]
+        cls = ckpt.DRAFTER_KINDS[args.drafter]
         extra = {} if args.drafter == "dflash" else dict(selector_top_k=args.selector_top_k, conv_kernel_size=
                                                         args.conv_kernel_size, selector_rank=args.selector_rank)
-        dcfg = config_cls.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
+        dcfg = cls.config_class.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
                                      **extra)
         if args.target_layer_ids:
             dcfg.target_layer_ids = parse_layer_ids(args.target_layer_ids, target.config.n_layer)

@@ -52,7 +52,7 @@ import torch
 from . import checkpoint as ckpt
 from .cli import MAX_COUNT, ints
 from .dflash2 import DFlash2Drafter
-from .drafter import Drafter, DrafterConfig, training_mask
+from .drafter import Drafter, training_mask
 from .train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
@@ -245,7 +245,7 @@ def main(argv=None):
     torch.set_num_threads(1)                                          # decoding, as train_tiny's summary
     P, val = data["prompt_len"], data["val"]
     prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
-    kind = getattr(drafter, "kind", None) or "dflash"                 # DFlash or DFlash 2 (drafter.pt's kind)
+    kind = drafter.kind                                               # "dflash" or "dflash2" (drafter.pt's kind)
     other = "dflash" if kind == "dflash2" else "dflash2"              # the other DFlash kind, trained the same way
     named = {other: other, "dflash no-features": "nofeat", "ar": "ar"}
     drafters = {kind: drafter, **{name: models[k] for name, k in named.items() if k in models}}

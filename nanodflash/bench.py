@@ -46,7 +46,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            oracle_section, realistic_context, step_costs)
 from .checkpoint import load
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
-from .data import load_corpus, split_train_val
+from .data import val_prompts
 from .prompt_lookup import PromptLookupDrafter
 from .speculative import generate, speculative_generate
 from .timing import ForwardCounter, sync
@@ -59,23 +59,6 @@ ORACLE_TOP_K = 16
 THREADS = 1             # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 
 Method = namedtuple("Method", "name temperature run")
-
-
-def val_prompts(tok, n, length, seed, data=None):
-    """n prompts of `length` tokens from the validation split, each starting right after a newline when one is near."""
-    ids = torch.tensor(tok.encode_ordinary(load_corpus(data)), dtype=torch.long)
-    val = split_train_val(ids)[1]
-    if val.numel() < 2 * length:
-        raise ValueError(f"the validation split has {val.numel()} tokens, too few for {length}-token prompts")
-    g = torch.Generator().manual_seed(seed)
-    prompts = []
-    for s in torch.randint(0, val.numel() - 2 * length, (n,), generator=g).tolist():
-        for j in range(s, s + length):                      # move to a line start if one is within reach
-            if tok.decode([int(val[j])]).endswith("\n"):
-                s = j + 1
-                break
-        prompts.append(val[s: s + length].tolist())
-    return prompts
 
 
 def plain_method(temperature=0.0):

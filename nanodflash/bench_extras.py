@@ -68,15 +68,17 @@ def step_costs(target, drafter, prompt, context_len, block_size=16, n=50):
                 verify_s=median_time(verify, device, n), plain_step_s=median_time(plain, device, n))
 
 
+def time_draft(drafter, cache, anchor, n_draft, device, n=50):
+    """Median seconds of one greedy draft step of n_draft tokens from `cache`."""
+    return median_time(lambda: drafter.draft(cache, anchor, n_draft, GREEDY), device, n)
+
+
 @torch.no_grad()
 def draft_step_seconds(target, drafters, context, n_draft, n=50):
     """{name: median seconds of one greedy draft step of min(n_draft, B-1) tokens} after `context` (ids)."""
     device = next(target.parameters()).device
-    out = {}
-    for name, d in drafters.items():
-        cache, k = drafter_context(target, d, context), min(n_draft, d.config.block_size - 1)
-        out[name] = median_time(lambda: d.draft(cache, context[-1], k, GREEDY), device, n)
-    return out
+    return {name: time_draft(d, drafter_context(target, d, context), context[-1],
+                             min(n_draft, d.config.block_size - 1), device, n) for name, d in drafters.items()}
 
 
 def format_draft_steps(seconds, drafters, n_draft, reference):
@@ -96,7 +98,7 @@ def format_draft_steps(seconds, drafters, n_draft, reference):
 def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
     """For n_draft = 1 .. B-1, the median seconds of ONE draft step and its number of drafter forward
     passes, per drafter, at one context length (default prompt + 48)."""
-    context_len = context_len or len(prompt) + 48
+    device, context_len = next(target.parameters()).device, context_len or len(prompt) + 48
     context = realistic_context(target, prompt, context_len)
     n_max = min(d.config.block_size for d in drafters.values()) - 1
     curve = dict(context_len=context_len, n_draft=list(range(1, n_max + 1)), seconds={}, forwards={})
@@ -107,7 +109,7 @@ def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
             with DraftForwardCounter(d) as c:
                 d.draft(cache, context[-1], k, GREEDY)
             curve["forwards"][name].append(c.n)
-        curve["seconds"][name] = [draft_step_seconds(target, {name: d}, context, k, n)[name] for k in curve["n_draft"]]
+        curve["seconds"][name] = [time_draft(d, cache, context[-1], k, device, n) for k in curve["n_draft"]]
     return curve
 
 
@@ -144,8 +146,7 @@ class OracleSelector:
 
     def draft(self, cache, anchor, n_draft, choose):
         start = cache.length                                                     # the anchor's position
-        block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
-        block[0, 0] = anchor                                                     # [anchor, MASK, ...]
+        block = self.drafter.mask_block(cache, anchor, n_draft)                  # [anchor, MASK, ...]
         logits = self.drafter.block_logits(cache, block)[0, 1:].detach().cpu()   # (n_draft, V)
         candidates = logits.topk(min(self.top_k, logits.size(-1)), dim=-1).indices   # (n_draft, K)
         picked = logits.argmax(-1)                                               # (n_draft,) the drafter's top-1

@@ -95,3 +95,27 @@ def get_batch(ids, batch_size, seq_len, generator=None, device="cpu"):
     x = torch.stack([ids[s: s + seq_len] for s in starts])
     y = torch.stack([ids[s + 1: s + 1 + seq_len] for s in starts])
     return x.to(device), y.to(device)
+
+
+def window_prompts(val_ids, n, length, seed):
+    """n prompts of `length` tokens at random places of the validation ids (what train_tiny's summary uses)."""
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, val_ids.numel() - length, (n,), generator=g)
+    return [val_ids[s: s + length].tolist() for s in starts]
+
+
+def val_prompts(tok, n, length, seed, data=None):
+    """n prompts of `length` tokens from the validation split, each starting right after a newline when one is near."""
+    ids = torch.tensor(tok.encode_ordinary(load_corpus(data)), dtype=torch.long)
+    val = split_train_val(ids)[1]
+    if val.numel() < 2 * length:
+        raise ValueError(f"the validation split has {val.numel()} tokens, too few for {length}-token prompts")
+    g = torch.Generator().manual_seed(seed)
+    prompts = []
+    for s in torch.randint(0, val.numel() - 2 * length, (n,), generator=g).tolist():
+        for j in range(s, s + length):                      # move to a line start if one is within reach
+            if tok.decode([int(val[j])]).endswith("\n"):
+                s = j + 1
+                break
+        prompts.append(val[s: s + length].tolist())
+    return prompts

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .drafter import Drafter, DrafterConfig, block_labels, weighted_cross_entropy
 from .sampling import probs_from_logits
@@ -174,9 +173,7 @@ class DFlash2Drafter(Drafter):
 
     def draft(self, cache, anchor, n_draft, choose):
         """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
-        block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
-        block[0, 0] = anchor
-        hidden = self.block_hidden(cache, block)[0, 1:]                          # (n_draft, D)
+        hidden = self.block_hidden(cache, self.mask_block(cache, anchor, n_draft))[0, 1:]   # (n_draft, D)
         logits = self.target.lm_head(hidden)                                     # (n_draft, V)
         if n_draft == 0:
             return choose(logits)

@@ -224,11 +224,15 @@ class Drafter(nn.Module):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""
         return self.target.lm_head(self.block_hidden(cache, block))
 
-    def draft(self, cache, anchor, n_draft, choose):
-        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
+    def mask_block(self, cache, anchor, n_draft):
+        """The block one draft fills: [anchor, MASK x n_draft], (1, n_draft+1), on the cache's device."""
         block = torch.full((1, n_draft + 1), self.config.mask_token_id, device=cache.k.device)
         block[0, 0] = anchor
-        logits = self.block_logits(cache, block)                                 # (1, n_draft+1, V)
+        return block
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
+        logits = self.block_logits(cache, self.mask_block(cache, anchor, n_draft))   # (1, n_draft+1, V)
         return choose(logits[0, 1:])                                             # slot 0 (the anchor) predicts nothing
 
     # ---------------- training: K blocks per sequence in one forward ----------------

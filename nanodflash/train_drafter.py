@@ -18,7 +18,7 @@ import torch
 from .drafter import loss_decay_weights
 from .resume import Resume, data_hash
 from .sampling import next_token
-from .speculative import speculative_generate
+from .speculative import generate, speculative_generate
 from .train import Progress, lr_at, make_optimizer
 
 PARTS = ("dflash_loss", "selector_loss", "recall")    # extra numbers a drafter's loss() may report (DFlash 2)
@@ -153,3 +153,21 @@ def measure_tau(drafter, prompts, max_new_tokens, block_size=None, **kw):
         emitted += sum(st.acceptance_lengths)
         steps += len(st.acceptance_lengths)
     return emitted / max(steps, 1)
+
+
+def side_by_side(target, drafter, prompts, new_tokens, block_size):
+    """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
+    Returns (plain seconds, speculative seconds, τ of the speculative runs)."""
+    t_plain = t_spec = 0.0
+    emitted = steps = 0
+    for p in prompts:
+        t0 = time.perf_counter()
+        ref = generate(target, p, new_tokens)
+        t1 = time.perf_counter()
+        out, stats = speculative_generate(target, drafter, p, new_tokens, block_size=block_size)
+        t2 = time.perf_counter()
+        emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
+        if out != ref:
+            raise AssertionError("speculative greedy output differs from plain greedy decoding")
+        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
+    return t_plain, t_spec, emitted / max(steps, 1)

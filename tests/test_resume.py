@@ -10,7 +10,6 @@ which saves at the end of the step), or with an exception (a kill: nothing is sa
 import os
 import shutil
 import signal
-import sys
 
 import pytest
 import torch
