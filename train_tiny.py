@@ -42,9 +42,9 @@ GEN_BATCH = 256          # sequences generated in parallel (one KV cache per bat
 DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K candidate selector; dflash: DFlash 1
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
 SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (DESIGN §1b)
-# target layers whose outputs feed the drafter: spread over the whole depth, last layer included
-# (the paper's rule, 1..L-3, would give 1,5,9 here; "" uses it)
-TARGET_LAYER_IDS = "1,6,11"
+# target layers whose outputs feed the drafter: the paper's rule, spread over 1..L-3 (3 of 12 layers: 1,5,9);
+# "" = that rule with one target layer per drafter layer. The last layer (11) would come normed, as in HF
+TARGET_LAYER_IDS = "1,5,9"
 DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 64, 4, 3e-3   # many sequences x few anchors: varied
                                                                           # contexts per step, and the mask's cost
                                                                           # grows with anchors^2

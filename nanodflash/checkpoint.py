@@ -20,6 +20,7 @@ from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
+FEATURES = "hf"     # drafter.pt records the feature convention: "hf" = the last target layer's output is normed
 DRAFTER_KINDS = {"dflash": Drafter, None: Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
                                                                                  # (None: written before kinds)
 
@@ -72,7 +73,7 @@ def load_target(path, device="cpu"):
 
 def save_drafter(path, drafter, history=None):
     """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a baseline's."""
-    atomic_save({"kind": getattr(drafter, "kind", None), "config": asdict(drafter.config),
+    atomic_save({"kind": getattr(drafter, "kind", None), "features": FEATURES, "config": asdict(drafter.config),
                  "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
                  "history": history or {}}, path)
     discard_resume(path)
@@ -96,6 +97,11 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     if ck["target_fingerprint"] != fp:
         raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, but this target "
                          f"is {fp}; retrain it ({retrain})")
+    last = target.config.n_layer - 1
+    if ck.get("features") != FEATURES and last in (ck["config"].get("target_layer_ids") or ()):
+        raise ValueError(f"{what} {path} was trained on the raw output of the target's last layer ({last}); "
+                         "features now follow Hugging Face's convention (that layer comes after the final norm, "
+                         f"gpt.py), so it would draft differently; retrain it ({retrain})")
     drafter = cls(cls.config_class(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
     return drafter.to(device).eval(), ck

@@ -102,10 +102,10 @@ class DrafterConfig:
     mlp_hidden: int = 768
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
+    head_dim: int = 0                         # 0 = n_embd // n_head
 
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
+    def __post_init__(self):
+        self.head_dim = self.head_dim or self.n_embd // self.n_head
 
     @classmethod
     def for_target(cls, tc, mask_token_id, n_layer=1, block_size=16, n_target_layers=None, **kw):
@@ -113,7 +113,7 @@ class DrafterConfig:
         ids = default_target_layer_ids(tc.n_layer, n_target_layers or n_layer)
         return cls(n_layer=n_layer, block_size=block_size, target_layer_ids=ids, mask_token_id=mask_token_id,
                    n_embd=tc.n_embd, n_head=tc.n_head, n_kv_head=tc.n_kv_head, mlp_hidden=tc.mlp_hidden,
-                   rope_theta=tc.rope_theta, norm_eps=tc.norm_eps, **kw)
+                   rope_theta=tc.rope_theta, norm_eps=tc.norm_eps, head_dim=tc.head_dim, **kw)
 
 
 class Drafter(nn.Module):

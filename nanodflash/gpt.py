@@ -6,6 +6,9 @@
 cache.length+T-1, attend to everything cached before them, and are appended to the cache.
 `layer_ids` (0-indexed decoder layers) asks for the *outputs* of those layers, concatenated on the
 last axis: features (B, T, len(layer_ids) * n_embd). They are what the DFlash drafter conditions on.
+Layer id i means Hugging Face's `hidden_states[i+1]`: the output of decoder layer i, except that for the
+LAST layer it is the output after the final norm (HF returns that one normed). The paper's rule never
+picks the last layer; when asked for, it comes normed, so an exported drafter sees what it saw here.
 """
 
 import math
@@ -28,10 +31,10 @@ class GPTConfig:
     max_seq_len: int = 512     # the context window (block_size is the *draft* block, see drafter.py)
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
+    head_dim: int = 0          # per-head width; 0 = n_embd // n_head (real Qwen3s use 128 whatever the width)
 
-    @property
-    def head_dim(self):
-        return self.n_embd // self.n_head
+    def __post_init__(self):
+        self.head_dim = self.head_dim or self.n_embd // self.n_head
 
 
 class KVCache:
@@ -66,7 +69,7 @@ class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.input_layernorm = RMSNorm(c.n_embd, c.norm_eps)
-        self.self_attn = AttentionProjections(c.n_embd, c.n_head, c.n_kv_head, c.norm_eps)
+        self.self_attn = AttentionProjections(c.n_embd, c.n_head, c.n_kv_head, c.norm_eps, c.head_dim)
         self.post_attention_layernorm = RMSNorm(c.n_embd, c.norm_eps)
         self.mlp = MLP(c.n_embd, c.mlp_hidden)
 
@@ -119,23 +122,28 @@ class GPT(nn.Module):
         if T > 1:
             key_pos = torch.arange(start + T, device=idx.device)
             mask = key_pos[None, :] <= positions[:, None]                     # (T, start+T)
-        features = []
+        by_id = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, cache, i, start)
             if layer_ids is not None and i in layer_ids:
-                features.append(x)
+                by_id[i] = x
         if cache is not None:
             cache.length = start + T
-        logits = self.lm_head(self.norm(x))                                  # (B, T, vocab)
+        x = self.norm(x)
+        logits = self.lm_head(x)                                             # (B, T, vocab)
         if layer_ids is None:
             return logits, None
-        by_id = dict(zip([i for i in range(len(self.layers)) if i in layer_ids], features))
+        if len(self.layers) - 1 in by_id:
+            by_id[len(self.layers) - 1] = x                                  # HF's convention: the last one normed
         return logits, torch.cat([by_id[i] for i in layer_ids], dim=-1)       # (B, T, len(ids)*D)
 
     def fingerprint(self):
         """A short hash of config + weights, so a drafter can check which target it was trained on."""
         import hashlib
-        h = hashlib.sha256(repr(sorted(asdict(self.config).items())).encode())
+        config = asdict(self.config)
+        if config["head_dim"] == self.config.n_embd // self.config.n_head:
+            del config["head_dim"]                          # the derived default: hashes as before head_dim existed
+        h = hashlib.sha256(repr(sorted(config.items())).encode())
         for name, t in sorted(self.state_dict().items()):
             h.update(name.encode())
             h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())

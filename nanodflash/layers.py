@@ -51,10 +51,11 @@ class MLP(nn.Module):
 class AttentionProjections(nn.Module):
     """q/k/v/o projections plus per-head q_norm and k_norm (Qwen3). Shapes are (B, H, T, hd)."""
 
-    def __init__(self, dim, n_head, n_kv_head, eps=1e-6):
+    def __init__(self, dim, n_head, n_kv_head, eps=1e-6, head_dim=None):
         super().__init__()
-        assert dim % n_head == 0 and n_head % n_kv_head == 0, "dim % n_head and n_head % n_kv_head must be 0"
-        self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, dim // n_head
+        assert n_head % n_kv_head == 0, "n_head % n_kv_head must be 0"
+        assert head_dim or dim % n_head == 0, "dim % n_head must be 0 unless head_dim is given"
+        self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, head_dim or dim // n_head
         self.q_proj = nn.Linear(dim, n_head * self.head_dim, bias=False)
         self.k_proj = nn.Linear(dim, n_kv_head * self.head_dim, bias=False)
         self.v_proj = nn.Linear(dim, n_kv_head * self.head_dim, bias=False)

@@ -73,7 +73,7 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
              stop_token_ids=None, generator=None):
     """Plain decoding with the KV cache: one target forward per generated token."""
     prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
-    cache = target.new_cache(1)
+    cache = target.new_cache(1, prompt.size(1) + max_new_tokens)     # only what this request needs
     logits, _ = target(prompt, cache)
     out = []
     while True:
@@ -112,14 +112,17 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     # ask for sampled drafts with an attribute `samples_drafts = True`)
     sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and not greedy
     choose = DraftRule(temperature, top_k, top_p, sample_drafts, generator)
-    cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
+    n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
+    cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
     stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
     logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features
     drafter.extend(dcache, feats, prompt)                                        # context = the whole prompt
     out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]  # first bonus token
     stats.prefill_time = time.perf_counter() - t0
     while len(out) < max_new_tokens and out[-1] not in stops:
-        anchor, start, b = out[-1], cache.length, min(B, max_new_tokens - len(out))  # never draft past the limit
+        left = max_new_tokens - len(out)                                         # drafts may reach the last
+        anchor, start, b = out[-1], cache.length, min(B, left + 1)              # allowed token (as the official
+        # loop does: same blocks, so the same acceptance lengths); the bonus past the limit is dropped below
         t0 = time.perf_counter()
         drafts, q = drafter.draft(dcache, anchor, b - 1, choose)                 # b-1 tokens, one drafter pass
         t1 = time.perf_counter()
@@ -127,11 +130,11 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass
         target_logits = logits[0].cpu()                                          # (b, V): after anchor, d_1, ...
         n_acc, bonus = _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator)
-        cache.crop(start + 1 + n_acc)                                            # keep anchor + accepted drafts
-        t2 = time.perf_counter()
-        drafter.extend(dcache, feats if feats is None else feats[:, : 1 + n_acc], block[:, : 1 + n_acc])  # -> context
         new = drafts[:n_acc].tolist() + [bonus]
-        new = new[: _first_stop(new, stops)]                                     # stop right after a stop token
+        new = new[: min(left, _first_stop(new, stops))]                         # cut at the limit, or right
+        cache.crop(start + len(new))                                             # after a stop token; keep the
+        t2 = time.perf_counter()                                                 # anchor + new tokens but the last
+        drafter.extend(dcache, feats if feats is None else feats[:, : len(new)], block[:, : len(new)])  # -> context
         out += new
         stats.acceptance_lengths.append(len(new))
         stats.accepted_drafts.append(min(n_acc, len(new)))                      # a stop token may cut the bonus off
