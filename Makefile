@@ -1,6 +1,7 @@
 # Two commands do everything, set-up included:
 #   make demo   trains tokenizer -> target -> drafter on the embedded corpus, then samples with DFlash
-#   make test   runs the test suite (unit tests, losslessness, scripts, notebooks)
+#   make test   runs the test suite (unit tests, losslessness, scripts, notebooks, conformance with
+#               transformers + the official dflash package, which only the tests install)
 # Both create a local virtual environment in .venv on first use.
 
 PYTHON ?= python3
@@ -19,7 +20,12 @@ demo: $(BIN)/.installed
 	$(BIN)/python train_tiny.py
 	$(BIN)/python sample.py
 
-test: $(BIN)/.installed
+$(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	$(BIN)/python -m pip install --quiet --no-deps dflash==0.1.0
+	touch $@
+
+test: $(BIN)/.test-installed
 	$(BIN)/python -m pytest -q tests
 
 smoke: $(BIN)/.installed

@@ -1,0 +1,240 @@
+"""From nanodflash to the real thing: export to, and import from, Hugging Face Qwen3 + official DFlash folders.
+
+    python -m nanodflash.hf export --out out --to out_hf      # out_hf/target/ and out_hf/drafter/
+    tok, target, drafter = nanodflash.hf.load("out_hf/target", "out_hf/drafter")   # like nanodflash.load
+
+`target/` is a Qwen3ForCausalLM folder (config.json, model.safetensors, generation_config.json, tokenizer.json
++ tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
+`dflash_config`, `block_size`, `num_target_layers`; model.safetensors), as the official `dflash` package, vLLM
+and SGLang read them. The map is one-to-one because our layers use Qwen3's math and names (DESIGN §1c):
+    ours (GPT)                      Hugging Face Qwen3              ours (Drafter)      official drafter
+    embed_tokens.weight             model.embed_tokens.weight       fc, hidden_norm,    the same names
+    layers.i.<...>, norm.weight     model.layers.i.<...>, ...       layers.i.<...>,
+    lm_head.weight                  lm_head.weight (or tied)        norm, candidate_selector.*
+Loading needs no transformers: config.json is plain JSON and the weights are safetensors. What we do not
+model (biases, sliding windows, MoE, RoPE scaling, ...) is refused with the config field that says so.
+"""
+
+import argparse
+import json
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from . import checkpoint
+from .checkpoint import DRAFTER_KINDS
+from .dflash2 import DFlash2Drafter
+from .drafter import default_target_layer_ids
+from .gpt import GPT, GPTConfig
+from .hf_tokenizer import from_tokenizer_json, to_tokenizer_json
+from .tokenizer import ENDOFTEXT
+
+ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
+
+
+# ------------------------------------------------------------------ export
+
+def _qwen3_fields(c, vocab_size):
+    """The Qwen3 config fields of a GPTConfig / DrafterConfig `c`."""
+    return dict(model_type="qwen3", vocab_size=vocab_size, hidden_size=c.n_embd, intermediate_size=c.mlp_hidden,
+                num_hidden_layers=c.n_layer, num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head,
+                head_dim=c.head_dim, hidden_act="silu", rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, attention_bias=False,
+                attention_dropout=0.0, use_sliding_window=False, sliding_window=None, tie_word_embeddings=False,
+                layer_types=["full_attention"] * c.n_layer, dtype="float32")
+
+
+def _write(folder, config, tensors):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()},
+              os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
+def export_target(target, tok, folder):
+    """Our GPT + tiktoken encoding -> a Hugging Face Qwen3ForCausalLM folder."""
+    c, eot = target.config, tok.encode_single_token(ENDOFTEXT)
+    config = dict(architectures=["Qwen3ForCausalLM"], **_qwen3_fields(c, c.vocab_size),
+                  max_position_embeddings=c.max_seq_len, bos_token_id=eot, eos_token_id=eot, use_cache=True)
+    weights = {(k if k.startswith("lm_head.") else f"model.{k}"): v for k, v in target.state_dict().items()}
+    _write(folder, config, weights)
+    with open(os.path.join(folder, "generation_config.json"), "w") as f:
+        json.dump(dict(bos_token_id=eot, eos_token_id=eot, do_sample=False), f, indent=2)
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(to_tokenizer_json(tok), f, ensure_ascii=False)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(tokenizer_class="PreTrainedTokenizerFast", eos_token=ENDOFTEXT, bos_token=None,
+                       model_max_length=c.max_seq_len, clean_up_tokenization_spaces=False), f, indent=2)
+
+
+def export_drafter(drafter, folder):
+    """A DFlash / DFlash 2 drafter -> an official drafter folder. Anything else is refused."""
+    kind, c = getattr(drafter, "kind", None), drafter.config
+    if kind not in ARCHITECTURES:
+        raise ValueError(f"only DFlash and DFlash 2 drafters have an official layout, not a {kind!r} drafter")
+    L = drafter.target.config.n_layer
+    config = dict(architectures=[ARCHITECTURES[kind]], **_qwen3_fields(c, drafter.target.config.vocab_size),
+                  max_position_embeddings=drafter.target.config.max_seq_len, block_size=c.block_size,
+                  num_target_layers=L, dflash_config=dict(mask_token_id=c.mask_token_id,
+                                                          target_layer_ids=list(c.target_layer_ids)))
+    weights = dict(drafter.state_dict())
+    if kind == "dflash2":
+        config["dflash_config"].update({k: getattr(c, k) for k in DFLASH2_KEYS})
+        if c.conv_kernel_size == 0:                  # no convolutions here = identity convolutions of one tap
+            config["dflash_config"]["conv_kernel_size"] = 1
+            G = c.n_embd // c.conv_group_size
+            for i in range(c.n_layer):
+                for conv in ("attention_conv", "mlp_conv"):
+                    weights[f"layers.{i}.{conv}.base_kernel"] = torch.ones(2, 1, c.n_embd)
+                    weights[f"layers.{i}.{conv}.kernel_projection.weight"] = torch.zeros(2 * G, c.n_embd)
+        for name in CODEBOOKS:                       # official checkpoints store the codebooks without ".weight"
+            weights[name] = weights.pop(f"{name}.weight")
+    _write(folder, config, weights)
+
+
+def export(out_dir, to_dir):
+    """What `train_tiny.py --out out_dir` wrote -> to_dir/target and to_dir/drafter. Returns the two paths."""
+    tok, target, drafter = checkpoint.load(out_dir)
+    paths = os.path.join(to_dir, "target"), os.path.join(to_dir, "drafter")
+    export_target(target, tok, paths[0])
+    export_drafter(drafter, paths[1])
+    return paths
+
+
+# ------------------------------------------------------------------ import
+
+def _read_config(folder):
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no config.json in {folder}: not a Hugging Face model folder")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _refuse_unmodelled(cfg, folder):
+    """Raise ValueError naming the first config field that asks for something nanodflash does not model."""
+    rope = cfg.get("rope_parameters") or {}
+    checks = [
+        ("model_type", cfg.get("model_type") == "qwen3", "only dense Qwen3 ('qwen3') is modelled"),
+        ("num_experts", not cfg.get("num_experts"), "mixture-of-experts layers are not modelled"),
+        ("attention_bias", not cfg.get("attention_bias"), "attention biases are not modelled"),
+        ("use_sliding_window", not cfg.get("use_sliding_window"), "sliding-window attention is not modelled"),
+        ("layer_types", all(t == "full_attention" for t in cfg.get("layer_types") or []),
+         "only full-attention layers are modelled"),
+        ("is_causal", not cfg.get("is_causal"), "a causal drafter block is not modelled"),
+        ("hidden_act", cfg.get("hidden_act", "silu") == "silu", "only SwiGLU (silu) MLPs are modelled"),
+        ("rope_scaling", not cfg.get("rope_scaling") and rope.get("rope_type", "default") == "default",
+         "only plain RoPE is modelled (no scaling)"),
+    ]
+    for field, ok, why in checks:
+        if not ok:
+            raise ValueError(f"{folder}/config.json: {field}={cfg.get(field)!r}: {why}")
+
+
+def _read_weights(folder, dtype):
+    """model.safetensors, or the shards a model.safetensors.index.json lists -> {name: tensor in dtype}."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    weights = {}
+    for name in files:
+        weights.update(load_file(os.path.join(folder, name)))
+    return {k: v.to(dtype) for k, v in weights.items()}
+
+
+def _fill(model, weights, folder):
+    """Load `weights` into a model built on the meta device (no random init for billions of parameters)."""
+    want = set(model.state_dict())
+    missing, extra = sorted(want - set(weights)), sorted(set(weights) - want)
+    if missing or extra:
+        raise ValueError(f"{folder}: weights do not match the config: missing {missing[:5]}, unexpected {extra[:5]}")
+    model.load_state_dict(weights, assign=True)
+    return model.eval()
+
+
+def _common(cfg):
+    rope = cfg.get("rope_parameters") or {}
+    return dict(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+                n_kv_head=cfg.get("num_key_value_heads") or cfg["num_attention_heads"], n_embd=cfg["hidden_size"],
+                mlp_hidden=cfg["intermediate_size"], head_dim=cfg.get("head_dim") or 0,
+                rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+                norm_eps=float(cfg.get("rms_norm_eps", 1e-6)))
+
+
+def load_target(folder, device="cpu", dtype=torch.float32):
+    """A Qwen3ForCausalLM folder -> our GPT (tied embeddings become one shared tensor)."""
+    cfg = _read_config(folder)
+    _refuse_unmodelled(cfg, folder)
+    if "Qwen3ForCausalLM" not in cfg.get("architectures", ["Qwen3ForCausalLM"]):
+        raise ValueError(f"{folder}/config.json: architectures={cfg['architectures']}: need Qwen3ForCausalLM")
+    config = GPTConfig(vocab_size=cfg["vocab_size"], max_seq_len=cfg.get("max_position_embeddings", 40960),
+                       **_common(cfg))
+    weights = {k.removeprefix("model."): v for k, v in _read_weights(folder, dtype).items()}
+    if "lm_head.weight" not in weights and cfg.get("tie_word_embeddings"):
+        weights["lm_head.weight"] = weights["embed_tokens.weight"]
+    with torch.device("meta"):
+        target = GPT(config)
+    target = _fill(target, weights, folder)
+    if cfg.get("tie_word_embeddings"):
+        target.lm_head.weight = target.embed_tokens.weight
+    return target.to(device)
+
+
+def load_drafter(folder, target, device="cpu", dtype=torch.float32):
+    """An official DFlash / DFlash 2 drafter folder -> our drafter on `target` (ours or imported)."""
+    cfg = _read_config(folder)
+    _refuse_unmodelled(cfg, folder)
+    arch = (cfg.get("architectures") or [None])[0]
+    kinds = {a: k for k, a in ARCHITECTURES.items()}
+    if arch not in kinds:
+        raise ValueError(f"{folder}/config.json: architectures={cfg.get('architectures')}: need one of "
+                         f"{sorted(kinds)}")
+    dcfg = {**cfg, **(cfg.get("dflash_config") or {})}                 # official lookup: dflash_config first
+    for field, neutral in (("input_embedding_scale", 1.0), ("output_multiplier", 1.0), ("final_logit_softcapping", 0)):
+        if float(dcfg.get(field) or neutral) != neutral:
+            raise ValueError(f"{folder}/config.json: {field}={dcfg[field]!r} is not modelled")
+    if dcfg.get("mask_token_id") is None:
+        raise ValueError(f"{folder}/config.json: dflash_config.mask_token_id is missing: DFlash needs a mask token")
+    ids = dcfg.get("target_layer_ids") or default_target_layer_ids(dcfg.get("num_target_layers", target.config.n_layer),
+                                                                  cfg["num_hidden_layers"])
+    cls = DRAFTER_KINDS[kinds[arch]]
+    extra = {k: int(dcfg[k]) for k in DFLASH2_KEYS} if cls is DFlash2Drafter else {}
+    config = cls.config_class(block_size=int(dcfg.get("block_size", 16)), target_layer_ids=list(ids),
+                              mask_token_id=int(dcfg["mask_token_id"]), **_common(cfg), **extra)
+    weights = _read_weights(folder, dtype)
+    for name in CODEBOOKS:
+        if name in weights:
+            weights[f"{name}.weight"] = weights.pop(name)
+    with torch.device("meta"):
+        drafter = cls(config, target)
+    return _fill(drafter, weights, folder).to(device)
+
+
+def load(target_dir, drafter_dir=None, device="cpu", dtype=torch.float32):
+    """tok, target, drafter from Hugging Face folders (drafter None without drafter_dir)."""
+    tok = from_tokenizer_json(os.path.join(target_dir, "tokenizer.json"))
+    target = load_target(target_dir, device, dtype)
+    drafter = load_drafter(drafter_dir, target, device, dtype) if drafter_dir else None
+    return tok, target, drafter
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Export a train_tiny.py run to Hugging Face Qwen3 + official DFlash folders.")
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="write TO/target (Qwen3ForCausalLM) and TO/drafter (official DFlash layout)")
+    e.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    e.add_argument("--to", default="out_hf", help="folder to write (default: %(default)s)")
+    args = p.parse_args(argv)
+    for path in export(args.out, args.to):
+        print(f"wrote {path}/: {', '.join(sorted(os.listdir(path)))}")
+
+
+if __name__ == "__main__":
+    main()
