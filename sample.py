@@ -3,6 +3,7 @@
     python sample.py                                   # out/, a validation prompt, greedy
     python sample.py --prompt "    def __init__(self" --temperature 0.8 --verifier rejection
     python sample.py --out out_smoke --no-color
+    python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.hf export)
 
 Every draft/verify step emits the drafter's accepted tokens, then one token from the target (the
 "bonus": the target's own choice at the first disagreement, or after the last draft). The first
@@ -22,8 +23,10 @@ import time
 import torch
 
 import nanodflash
+from nanodflash import hf
 from nanodflash.bench import val_prompts
 from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, threads
+from nanodflash.hf_tokenizer import normalize
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 
@@ -51,6 +54,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     a("--out", default=OUT, help="folder written by train_tiny.py --out (default: %(default)s)")
+    a("--hf", nargs=2, metavar=("TARGET_DIR", "DRAFTER_DIR"), default=None, help="instead of --out: a Hugging Face "
+      "Qwen3 folder and an official DFlash / DFlash 2 drafter folder (nanodflash/hf.py); stops at their EOS tokens")
+    a("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype with --hf "
+      "(bfloat16 halves the memory of a real model) (default: %(default)s)")
     a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
     a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data "
       "(default: the built-in stdlib corpus)")
@@ -127,18 +134,23 @@ def main(argv=None):
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
     try:
-        tok, target, drafter = nanodflash.load(args.out, args.device)
+        if args.hf:
+            tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))
+            kw["stop_token_ids"] = spec_kw["stop_token_ids"] = hf.eos_token_ids(args.hf[0])
+        else:
+            tok, target, drafter = nanodflash.load(args.out, args.device)
         if args.prompt is None:
             prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, args.data)[0]
         else:
-            prompt_ids = tok.encode(args.prompt, allowed_special={ENDOFTEXT}, disallowed_special=())
+            text = normalize(tok, args.prompt)                                 # NFC, where a tokenizer.json says so
+            prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set, disallowed_special=())
         tokens, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens,
                                              generator=torch.Generator().manual_seed(args.seed), **spec_kw)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     B = args.block_size or drafter.config.block_size
     n_params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
-    print(f"nanodflash sample: {args.out} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
+    print(f"nanodflash sample: {' + '.join(args.hf) if args.hf else args.out} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
           f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")
     legend = [("prompt", "prompt"), ("draft", "accepted draft tokens"), ("target", "target tokens (prefill / bonus)")]

@@ -225,6 +225,17 @@ def load(target_dir, drafter_dir=None, device="cpu", dtype=torch.float32):
     return tok, target, drafter
 
 
+def eos_token_ids(target_dir):
+    """The stop tokens of a Hugging Face folder: generation_config.json's eos_token_id, else config.json's."""
+    ids = None
+    for name in ("generation_config.json", "config.json"):
+        path = os.path.join(target_dir, name)
+        if ids is None and os.path.exists(path):
+            with open(path) as f:
+                ids = json.load(f).get("eos_token_id")
+    return [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Export a train_tiny.py run to Hugging Face Qwen3 + official DFlash folders.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -292,3 +292,12 @@ def test_a_tokenizer_json_tiktoken_cannot_reproduce_is_refused(pairs, tmp_path):
         json.dump(spec, f)
     with pytest.raises(ValueError, match="out of id order"):
         hf.from_tokenizer_json(str(tmp_path / "tokenizer.json"))
+
+
+def test_sample_py_runs_the_demo_on_an_exported_pair_and_stays_lossless(pairs, tmp_path, capsys):
+    import sample
+    t_dir, d_dir = hf.export(str(pairs["dflash2"]), str(tmp_path / "hf"))
+    sample.main(["--hf", t_dir, d_dir, "--prompt", "def main(", "--max_new_tokens", "30", "--no-color"])
+    out = capsys.readouterr().out
+    assert f"{t_dir} + {d_dir}" in out, "the header should name the Hugging Face folders"
+    assert "token-identical to plain greedy decoding" in out and "PASS" in out, f"no lossless self-check:\n{out}"
