@@ -24,7 +24,8 @@ from nanodflash.dflash2 import DFlash2Config
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
-from nanodflash.train_drafter import generate_sequences, measure_tau, side_by_side, slot_accuracy, train_drafter
+from nanodflash.summary import print_summary
+from nanodflash.train_drafter import generate_mix, measure_tau, slot_accuracy, train_drafter
 
 # ----------------------------------------------------------------------------- defaults
 OUT = "out"
@@ -36,7 +37,12 @@ SEQ_LEN = 128            # training window of the target
 TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
 # target-generated data for the drafter
 N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96
+LONG_SEQS, LONG_GEN_LEN = 347, 480   # and long ones (16+480 tokens), so the drafter also sees late positions:
+                                     # tau past token 240 went 3.25 -> 5.27 with them (issue 19); 0 = none
 GEN_TEMPERATURE = 0.0    # 0 = greedy continuations; >0 samples them (for --temperature users)
+GEN_GREEDY_FRAC = 0.0    # with GEN_TEMPERATURE > 0: this fraction of the sequences is still greedy (a mix)
+SOFT_WEIGHT = 0.5        # drafter loss: (1-w) * CE(data token) + w * CE(target's distribution) (distill.py);
+                         # 0.5 raised sampled tau (T=0.7 rejection 1.88 -> 2.04) at no greedy cost (issue 16)
 GEN_BATCH = 256          # sequences generated in parallel (one KV cache per batch)
 # drafter
 DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K candidate selector; dflash: DFlash 1
@@ -45,18 +51,21 @@ SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (DESIGN
 # target layers whose outputs feed the drafter: the paper's rule, spread over 1..L-3 (3 of 12 layers: 1,5,9);
 # "" = that rule with one target layer per drafter layer. The last layer (11) would come normed, as in HF
 TARGET_LAYER_IDS = "1,5,9"
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 64, 4, 3e-3   # many sequences x few anchors: varied
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # many sequences x few anchors: varied
                                                                           # contexts per step, and the mask's cost
                                                                           # grows with anchors^2
+LONG_BATCH, LONG_ANCHORS = 4, 16         # + per step, blocks from long sequences: 48x4 + 4x16 = 256 blocks in all
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 (B=16) suits big drafters, 2 learned faster here
 DECODE_THREADS = 1       # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 # summary
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # 16 prompts are too few: tau moved by 1.0 between machines
+EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: tau by position band, speedup (0 tokens = skip)
 SEED = 1337
 
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
-             block_size=8, eval_prompts=3, eval_new_tokens=24)
+             block_size=8, eval_prompts=3, eval_new_tokens=24, long_seqs=8, long_gen_len=56, long_batch=2,
+             long_anchors=4, eval_long_prompts=2, eval_long_tokens=56)
 
 
 def parse_args(argv=None):
@@ -81,7 +90,14 @@ def parse_args(argv=None):
     a("--n_seqs", type=ints(1, MAX_COUNT), default=N_SEQS, help="number of target-generated sequences for the drafter")
     a("--prompt_len", type=ints(1, 4096), default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
     a("--gen_len", type=ints(1, 4096), default=GEN_LEN, help="tokens the target generates per sequence")
+    a("--long_seqs", type=ints(0, MAX_COUNT), default=LONG_SEQS, help="long target-generated sequences for the "
+      "drafter, 0 = none (default: %(default)s)")
+    a("--long_gen_len", type=ints(1, 4096), default=LONG_GEN_LEN, help="tokens the target generates per long sequence")
     a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
+    a("--gen_greedy_frac", type=floats(0, 1), default=GEN_GREEDY_FRAC, help="with --gen_temperature > 0: fraction "
+      "of the sequences continued greedily all the same, a greedy/sampled mix (default: %(default)s)")
+    a("--soft_weight", type=floats(0, 1), default=SOFT_WEIGHT, help="weight of the cross-entropy against the "
+      "target's next-token distribution in the drafter loss (the rest: the data token) (default: %(default)s)")
     a("--drafter", default=DRAFTER, choices=sorted(k for k in ckpt.DRAFTER_KINDS if k),
       help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
     a("--draft_layers", type=ints(1, 64), default=DRAFT_LAYERS, help="drafter depth")
@@ -101,6 +117,12 @@ def parse_args(argv=None):
     a("--draft_lr", type=floats(0, 1, low_open=True), default=DRAFT_LR, help="drafter peak learning rate")
     a("--gamma", type=floats(0, low_open=True), default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) "
       "(default: %(default)s)")
+    a("--long_batch", type=ints(0, 4096), default=LONG_BATCH, help="long sequences per drafter step (default: %(default)s)")
+    a("--long_anchors", type=ints(1, 256), default=LONG_ANCHORS, help="anchors per long sequence per step")
+    a("--eval_long_prompts", type=ints(1, 10000), default=EVAL_LONG_PROMPTS, help="prompts for the summary's long "
+      "generations")
+    a("--eval_long_tokens", type=ints(0, 4096), default=EVAL_LONG_TOKENS, help="tokens per long summary generation, "
+      "0 = skip them (default: %(default)s)")
     a("--eval_prompts", type=ints(1, 10000), default=EVAL_PROMPTS, help="validation prompts for the summary")
     a("--eval_new_tokens", type=ints(2, 4096), default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
     args = p.parse_args(argv)
@@ -137,6 +159,11 @@ def check_flag_combinations(a):
     if a.prompt_len + a.eval_new_tokens > window:
         return (f"--prompt_len + --eval_new_tokens = {a.prompt_len + a.eval_new_tokens} must be at most the target's "
                 f"context window, max(512, --seq_len) = {window}")
+    for flag, n in (("--long_gen_len", a.long_gen_len if a.long_seqs else 0), ("--eval_long_tokens", a.eval_long_tokens)):
+        if a.prompt_len + n > window:
+            return f"--prompt_len + {flag} = {a.prompt_len + n} must be at most the target's context window {window}"
+    if a.long_seqs and a.block_size > a.long_gen_len + 1:
+        return f"--block_size {a.block_size} must be at most --long_gen_len + 1 = {a.long_gen_len + 1}"
     if a.block_size > a.gen_len + 1:
         return (f"--block_size {a.block_size} must be at most --gen_len + 1 = {a.gen_len + 1}: a training block's "
                 "labels are generated tokens")
@@ -221,11 +248,20 @@ def main(argv=None):
         t0 = time.perf_counter()
         kw = dict(prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.gen_temperature,
                   batch_size=args.gen_batch)
-        data = {"train": generate_sequences(target, train_ids, args.n_seqs, seed=args.seed, **kw),
-                "val": generate_sequences(target, val_ids, max(4, args.n_seqs // 16), seed=args.seed + 1, **kw),
+        data = {"train": generate_mix(target, train_ids, args.n_seqs, args.gen_greedy_frac, args.seed, kw),
+                "val": generate_mix(target, val_ids, max(4, args.n_seqs // 16), args.gen_greedy_frac, args.seed + 1,
+                                    kw),
                 "prompt_len": args.prompt_len}
         n_tok = (data["train"].numel() + data["val"].numel())
         print(f"[data] generated {n_tok:,} tokens in {time.perf_counter() - t0:.1f}s -> {path['data']}")
+        ckpt.atomic_save(data, path["data"])
+    if args.long_seqs and "train_long" not in data:             # long continuations (a data.pt from before has none)
+        t0 = time.perf_counter()
+        kw = dict(prompt_len=args.prompt_len, gen_len=args.long_gen_len, temperature=args.gen_temperature,
+                  batch_size=args.gen_batch)
+        data["train_long"] = generate_mix(target, train_ids, args.long_seqs, args.gen_greedy_frac, args.seed + 3, kw)
+        print(f"[data] generated {data['train_long'].numel():,} tokens of long sequences in "
+              f"{time.perf_counter() - t0:.1f}s -> {path['data']}")
         ckpt.atomic_save(data, path["data"])
 
     # 4. drafter
@@ -256,29 +292,15 @@ def main(argv=None):
         draft_hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
                                    args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
                                    eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4),
-                                   resume=ckpt.resume_path(path["drafter"]))
+                                   resume=ckpt.resume_path(path["drafter"]), soft_weight=args.soft_weight,
+                                   long_seqs=data.get("train_long") if args.long_seqs else None,
+                                   long_batch=args.long_batch, long_anchors=args.long_anchors)
         ckpt.save_drafter(path["drafter"], drafter, draft_hist)
 
     # 5. summary
     torch.set_num_threads(DECODE_THREADS)
-    print(f"\n=== summary (decoding with {DECODE_THREADS} thread) ===")
-    if target_hist.get("val_loss"):
-        print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
-    if draft_hist.get("loss"):
-        print(f"drafter: loss {draft_hist['loss'][0]:.3f} -> {sum(draft_hist['loss'][-20:]) / len(draft_hist['loss'][-20:]):.3f}")
-    acc = slot_accuracy(drafter, data["val"], min_anchor=data["prompt_len"] - 1)
-    print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
-    print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
-    B = drafter.config.block_size
-    side_by_side(target, drafter, prompts[:2], args.eval_new_tokens, None)          # warm-up
-    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, args.eval_new_tokens, None)
-    for b in sorted({min(4, B), min(8, B)} - {B}):
-        print(f"tau (greedy, {len(prompts)} val prompts, block_size={b:2d}): "
-              f"{measure_tau(drafter, prompts, args.eval_new_tokens, block_size=b):.2f}")
-    print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f}")
-    print(f"greedy speculative == plain greedy on all {len(prompts)} prompts: yes")
-    print(f"speedup (block_size={drafter.config.block_size}): plain {t_plain:.2f}s vs dflash {t_spec:.2f}s "
-          f"-> {t_plain / t_spec:.2f}x")
+    print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
+                  args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS)
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
 
 

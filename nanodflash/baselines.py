@@ -57,9 +57,11 @@ from .train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
-# train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED; smoke: SMOKE)
-RECIPE = dict(steps=2000, batch_size=64, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337)
-SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4)
+# train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED, SOFT_WEIGHT,
+# LONG_BATCH, LONG_ANCHORS; smoke: SMOKE)
+RECIPE = dict(steps=2000, batch_size=48, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337, soft_weight=0.5, long_batch=4,
+              long_anchors=16)
+SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4, long_batch=2, long_anchors=4)
 
 
 def causal_training_mask(anchors, seq_len, n_slots):
@@ -218,7 +220,9 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
         hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"], recipe["lr"],
                              min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"], eval_fn=eval_fn,
-                             eval_every=max(1, recipe["steps"] // 4), resume=ckpt.resume_path(path))
+                             eval_every=max(1, recipe["steps"] // 4), resume=ckpt.resume_path(path),
+                             soft_weight=recipe["soft_weight"], long_seqs=data.get("train_long"),
+                             long_batch=recipe["long_batch"], long_anchors=recipe["long_anchors"])
         save_baseline(path, d, hist)
         models[kind] = d
     return models

@@ -1,10 +1,9 @@
 """Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one process.
 
-    python -m nanodflash.bench --out out                  # the table, the step costs, the ceiling
-    python -m nanodflash.bench --out out --json bench.json
+    python -m nanodflash.bench --out out [--json bench.json]     # the table, the step costs, the ceiling
 
-One row per method. All methods run on the same prompts, interleaved (prompt 1: every method, prompt 2:
-every method, ... with the method order rotated per prompt), after a warm-up. Reported per row:
+All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
+after a warm-up. Reported per row:
     tau          mean acceptance length = tokens emitted by draft/verify steps / steps
                  (plain decoding: 1 by definition, one token per target forward)
     fwd/token    target forward passes per generated token, counted by a hook on target.forward;
@@ -14,12 +13,14 @@ every method, ... with the method order rotated per prompt), after a warm-up. Re
 Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16", or
 "dflash2 ..." for a DFlash 2 drafter); `prompt lookup k=4/10` (n-gram copying, no model: prompt_lookup.py),
 always; with the drafters `python -m nanodflash.baselines` trains, "ar k=3/7/15" and "dflash no-features";
-with any other DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier.
+with any other DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then
+T=0.7 top-p 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier.
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
     step costs   one draft, one verify and one plain step timed in isolation (median of many calls), and
                  one draft step per DFlash-style drafter (e.g. "dflash2 draft step +2% vs dflash")
+    slots        per draft slot of the main drafter's T=0.7 rejection row: sum min(p, q) = 1 - TV and acceptance
     oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
                  would reach (bench_extras.py): how much a better choice of token could still gain
     draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
@@ -41,9 +42,11 @@ from collections import namedtuple
 
 import torch
 
+from .bands import format_bands, tau_by_band
 from .baselines import AR_KS, load_present
-from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_cost_curve, format_draft_steps,
-                           oracle_section, realistic_context, step_costs)
+from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_ceiling, format_cost_curve,
+                           format_draft_steps, format_slot_acceptance, format_table, oracle_section, realistic_context,
+                           slot_acceptance, step_costs)
 from .checkpoint import load
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 from .data import val_prompts
@@ -51,28 +54,29 @@ from .prompt_lookup import PromptLookupDrafter
 from .speculative import generate, speculative_generate
 from .timing import ForwardCounter, sync
 
-N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # prompt + new tokens = the drafter's training length
+N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # --max_new_tokens 480: long generations
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
 NOT_DFLASH = ("ar", "nofeat")    # extra drafter kinds that are not DFlash-style (no block logits to select from)
 ORACLE_TOP_K = 16
+SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
 THREADS = 1             # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 
 Method = namedtuple("Method", "name temperature run")
 
 
-def plain_method(temperature=0.0):
+def plain_method(temperature=0.0, top_p=None):
     """Plain autoregressive decoding with the KV cache: one target forward per token."""
     def run(target, drafter, prompt, max_new_tokens, generator):
-        return generate(target, prompt, max_new_tokens, temperature=temperature, generator=generator), None
+        return generate(target, prompt, max_new_tokens, temperature=temperature, top_p=top_p, generator=generator), None
     return run
 
 
-def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None):
+def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, top_p=None):
     """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter)."""
     def run(target, default_drafter, prompt, max_new_tokens, generator):
         return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
-                                    block_size=block_size, temperature=temperature, verifier=verifier,
+                                    block_size=block_size, temperature=temperature, top_p=top_p, verifier=verifier,
                                     generator=generator)
     return run
 
@@ -98,7 +102,8 @@ def dflash_style(extra):
 def default_methods(drafter, baselines=None):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B); for each extra DFlash-style
     drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when `baselines` has
-    "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier.
+    "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier; then T=0.7
+    top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier.
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}."""
     B, kind, extra = drafter.config.block_size, kind_of(drafter), baselines or {}
@@ -120,6 +125,12 @@ def default_methods(drafter, baselines=None):
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
     methods += [Method(f"{kind} T=1 {v} B={B}", 1.0, dflash_method(B, 1.0, v)) for v in ("match", "rejection")]
+    T, p = SAMPLED
+    methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
+    for k, d in {kind: drafter, **dflash_style(extra)}.items():       # DFlash 2's rejection rows use its selector's q
+        methods += [Method(f"{k} T={T} p={p} {v} B={d.config.block_size}", T,
+                           dflash_method(d.config.block_size, T, v, None if d is drafter else d, p))
+                    for v in ("match", "rejection")]
     return methods
 
 
@@ -145,7 +156,7 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if warmup:                                              # first calls pay for allocation and kernel setup
         for m in methods:
             m.run(target, drafter, prompts[0], min(16, max_new_tokens), torch.Generator().manual_seed(seed))
-    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[], bounds=[],
+    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[], bounds=[], runs=[],
                         matches_plain=True if m.temperature == 0 else None) for m in methods}
     counter = ForwardCounter(target)
     try:
@@ -166,6 +177,7 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
                 a["seconds"] += dt
                 a["rates"].append(len(tokens) / dt)
                 if stats is not None:
+                    a["runs"].append(stats.acceptance_lengths)                     # for τ by position (bands.py)
                     a["draft_s"] += stats.draft_time
                     a["verify_s"] += stats.verify_time
                     loop, steps = stats.draft_time + stats.verify_time, len(stats.acceptance_lengths)
@@ -181,6 +193,8 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     for m in methods:
         a = acc[m.name]
         rate, bounds = statistics.median(a.pop("rates")), sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
+        runs = a.pop("runs")
+        a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # JSON-friendly
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
                          tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
                          forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate,
@@ -190,25 +204,6 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
         r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
     return rows
-
-
-def format_table(rows):
-    lines = [f"{'method':<26} {'tau':>6} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
-    for r in rows:
-        lines.append(f"{r['name']:<26} {r['tau']:>6.2f} {r['forwards_per_token']:>9.3f} "
-                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
-    return "\n".join(lines)
-
-
-def format_ceiling(row, plain):
-    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step costs."""
-    b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
-    return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
-            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
-            f"(measured: {row['speedup']:.2f}x)\n"
-            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + extend), "
-            f"t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
-            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify time")
 
 
 def parse_args(argv=None):
@@ -255,7 +250,8 @@ def main(argv=None, extra=None):
           f"{args.max_new_tokens} new tokens each | {machine}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
     print(format_table(rows))
-    print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs 'plain T=1')")
+    print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
+          "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
     print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: {'NO: ' + ', '.join(bad) if bad else 'yes'}")
 
@@ -263,6 +259,13 @@ def main(argv=None, extra=None):
     main_row = by_name.get(f"{kind} greedy B={min(16, drafter.config.block_size)}")
     if main_row is not None:
         print(format_ceiling(main_row, by_name["plain greedy"]))
+        if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
+            print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
+
+    # sampling: where the main drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
+    T, p = SAMPLED
+    acceptance = slot_acceptance(target, drafter, prompts, args.max_new_tokens, T, p, args.seed)
+    print("\n" + format_slot_acceptance(acceptance, f"{kind} T={T} p={p} rejection"))
 
     # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
     family = {kind: drafter, **dflash_style(extra)}
@@ -277,6 +280,12 @@ def main(argv=None, extra=None):
                        (f"verify (target: {B} tokens, with cache)", "verify_s"),
                        ("plain  (target: 1 token, with cache)", "plain_step_s")):
         print(f"  {label:<40} {ms[key]:8.3f} ms")
+    if args.max_new_tokens > 96:                           # the same steps late in a long generation
+        late = step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B, n=N_TIMED_CALLS)
+        costs["late"] = late
+        print(f"  at context {late['context_len']}: " + ", ".join(
+            f"{k.split('_')[0]} {1e3 * late[k]:.3f} ms ({late[k] / costs[k]:.2f}x)" for k in ("draft_s", "verify_s",
+                                                                                         "plain_step_s")))
     draft_steps = None
     if len(family) > 1:                                    # e.g. DFlash 2 vs DFlash, same context and B
         context = realistic_context(target, prompts[0], costs["context_len"])
@@ -293,9 +302,9 @@ def main(argv=None, extra=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
-                           oracle_selector=oracles, draft_step_s=draft_steps, draft_cost_curve=curve,
-                           machine=machine, out=args.out, n_prompts=len(prompts), prompt_len=PROMPT_LEN,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
+                           oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
+                           draft_cost_curve=curve, machine=machine, out=args.out, n_prompts=len(prompts),
+                           prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:
         print(f"error: greedy speculative output differs from plain greedy decoding ({', '.join(bad)}): "

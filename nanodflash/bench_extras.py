@@ -1,5 +1,6 @@
 """The benchmark's side measurements: what each step costs, and how much a better selector could gain.
 
+0. The printed table (`format_table`) and the ceiling line (`format_ceiling`) of bench.py.
 1. Step costs, timed in isolation: `step_costs` (one draft, one verify, one plain step at one context
    length) and `draft_step_seconds` (one draft step per drafter, e.g. DFlash 2's in-block convolutions
    and selector against DFlash).
@@ -11,6 +12,8 @@
    else the drafter's argmax. It needs the answer (plain greedy output of the same prompt), so it is a
    ceiling to aim at, not a method; greedy speculative output equals plain greedy output, so every
    context the loop reaches is a prefix of that reference.
+4. Per-slot acceptance when sampling (`slot_acceptance`): sum_x min(p, q) = 1 - TV(p, q) next to the
+   measured acceptance rate, slot by slot, for the rejection rule.
 """
 
 import torch
@@ -18,6 +21,7 @@ import torch
 from .sampling import DraftRule
 from .speculative import generate, speculative_generate
 from .timing import DraftForwardCounter, median_time
+from .verify import rejection_verify
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
 
@@ -34,6 +38,27 @@ def drafter_context(target, drafter, context):
     cache = drafter.new_cache(target.config.max_seq_len)
     drafter.extend(cache, feats, ids)
     return cache
+
+
+# ----------------------------------------------------------------------------- the table
+
+def format_table(rows):
+    lines = [f"{'method':<36} {'tau':>6} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
+    for r in rows:
+        lines.append(f"{r['name']:<36} {r['tau']:>6.2f} {r['forwards_per_token']:>9.3f} "
+                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
+    return "\n".join(lines)
+
+
+def format_ceiling(row, plain):
+    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step costs."""
+    b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
+    return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
+            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
+            f"(measured: {row['speedup']:.2f}x)\n"
+            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + extend), "
+            f"t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
+            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify time")
 
 
 # ----------------------------------------------------------------------------- step costs
@@ -197,6 +222,39 @@ def oracle_section(target, family, prompts, max_new_tokens, rows_by_name, top_k=
         lines.append(f"  {name:<26} {tau:>6.2f} {o['tau']:>7.2f} {o['candidate_recall']:>7.3f}")
     lines.append(f"  recall: fraction of drafted slots whose true token is among the drafter's top-{top_k} logits")
     return "\n".join(lines), oracles
+
+
+@torch.no_grad()
+def slot_acceptance(target, drafter, prompts, max_new_tokens, temperature=0.7, top_p=0.95, seed=0):
+    """Where sampled drafting loses tokens, slot by slot. Runs rejection-verified speculative sampling and, at
+    every draft slot i the verifier reaches, records sum_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i) (the rule's
+    acceptance probability there, given the drafts before it) and whether d_i was accepted.
+    Returns dict(overlap=[mean sum min(p, q) per slot], accepted=[acceptance rate per slot], reached=[counts])."""
+    n = drafter.config.block_size - 1
+    overlap, accepted, reached = [0.0] * n, [0] * n, [0] * n
+
+    def recording(drafts, q, p, generator):
+        n_acc, bonus = rejection_verify(drafts, q, p, generator)
+        for i in range(min(n_acc + 1, drafts.numel())):         # slots up to the first rejection
+            overlap[i] += float(torch.minimum(p[i], q[i]).sum())
+            accepted[i] += i < n_acc
+            reached[i] += 1
+        return n_acc, bonus
+    recording.samples_drafts = True
+    g = torch.Generator().manual_seed(seed)
+    for prompt in prompts:
+        speculative_generate(target, drafter, prompt, max_new_tokens, temperature=temperature, top_p=top_p,
+                             verifier=recording, generator=g)
+    return dict(overlap=[o / max(r, 1) for o, r in zip(overlap, reached)],
+                accepted=[a / max(r, 1) for a, r in zip(accepted, reached)], reached=reached)
+
+
+def format_slot_acceptance(result, name):
+    return "\n".join([f"per-slot acceptance of '{name}' (slots 1..{len(result['reached'])}):",
+                      "  sum min(p, q) " + " ".join(f"{x:.2f}" for x in result["overlap"]),
+                      "  accepted      " + " ".join(f"{x:.2f}" for x in result["accepted"]),
+                      "  sum min(p, q) = 1 - TV(p, q), the rejection rule's acceptance probability at a slot it "
+                      "reaches; q close to p is what pays"])
 
 
 def compare(row, others, what):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
 from .drafter import Drafter, DrafterConfig, block_labels, weighted_cross_entropy
 from .sampling import probs_from_logits
 
@@ -180,19 +181,26 @@ class DFlash2Drafter(Drafter):
         cand, table = self.candidate_selector.transition_table(hidden, logits, anchor)
         return self.candidate_selector.walk(cand, table, choose, logits.size(-1))
 
-    def loss(self, features, input_ids, anchors, weights):
+    def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """DFlash loss + alpha * selector loss. The selector's predecessor is teacher-forced (the true token
         before the slot) and its label is the true token's index among the slot's candidates; slots whose
-        true token is not a candidate are left out (out["recall"]: the fraction kept)."""
+        true token is not a candidate are left out (out["recall"]: the fraction kept). With `soft` targets
+        (distill.py) both parts mix in, by soft_weight, the cross-entropy against the target's distribution:
+        for the selector, the target's probabilities of the candidates renormalised over them."""
         hidden = self.hidden(features, input_ids, anchors)                       # (N, K, B, D)
         logits = self.target.lm_head(hidden)                                     # (N, K, B, V)
         labels = block_labels(input_ids, anchors, self.config.block_size)        # (N, K, B)
-        dflash = weighted_cross_entropy(logits, labels, weights)
+        dflash = mix_soft(weighted_cross_entropy(logits, labels, weights), logits, soft, anchors, weights, soft_weight)
         cand, scores = self.candidate_selector.scores(hidden[:, :, 1:], logits[:, :, 1:], labels[:, :, :-1])
         is_true = cand == labels[:, :, 1:, None]                                 # (N, K, B-1, top_k)
         found = is_true.any(-1)                                                  # (N, K, B-1)
         index = is_true.float().argmax(-1)                                       # the true token's candidate index
         selector = weighted_cross_entropy(scores, index, weights[1:], keep=found)
+        if soft is not None and soft_weight:
+            probs, ids = block_soft_targets(soft, anchors, self.config.block_size)   # (N, K, B, m) each
+            p_cand, has = candidate_soft_targets(cand, probs[:, :, 1:], ids[:, :, 1:])   # (N, K, B-1, top_k)
+            soft_sel = soft_cross_entropy(scores, p_cand.to(scores.dtype), weights[1:], keep=has)
+            selector = (1 - soft_weight) * selector + soft_weight * soft_sel
         pred = torch.cat([labels[:, :, :1], cand.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)], dim=2)
         loss = dflash + self.config.selector_weight * selector
         return loss, dict(logits=logits, labels=labels, pred=pred, loss=loss.detach(), dflash_loss=dflash.detach(),

@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .gpt import Block, KVCache
+from .distill import mix_soft
 from .layers import RMSNorm, rope_cos_sin
 
 
@@ -258,14 +259,17 @@ class Drafter(nn.Module):
             x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
         return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
 
-    def loss(self, features, input_ids, anchors, weights):
+    def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0.
 
+        `soft` (optional): the target's next-token distributions (distill.soft_targets: probs, ids, each
+        (N, S, m), row j for the token at j+1); then the loss is (1 - soft_weight) * that cross-entropy
+        + soft_weight * the cross-entropy against the target's distribution (distill.mix_soft).
         Returns (loss, out): out["logits"] (N, K, B, V), out["labels"] (N, K, B) = x_{a+k}, out["pred"]
         (N, K, B) the tokens the drafter would draft given the true tokens before them (here the argmax)."""
         logits = self(features, input_ids, anchors)                               # (N, K, B, V)
         labels = block_labels(input_ids, anchors, self.config.block_size)
-        loss = weighted_cross_entropy(logits, labels, weights)
+        loss = mix_soft(weighted_cross_entropy(logits, labels, weights), logits, soft, anchors, weights, soft_weight)
         return loss, dict(logits=logits, labels=labels, pred=logits.argmax(-1), loss=loss.detach())
 
 
@@ -284,3 +288,4 @@ def weighted_cross_entropy(logits, labels, weights, keep=None):
     if keep is not None:
         w = w * keep
     return (ce * w).sum() / w.sum().clamp_min(1e-12)
+

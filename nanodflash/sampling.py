@@ -23,6 +23,10 @@ def check_sampling_args(temperature, top_k, top_p):
 def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
     """logits (..., V) -> probabilities (..., V) in float64.
 
+    Top-p keeps the smallest set of most likely tokens whose mass reaches top_p. Only those tokens need
+    sorting: `_nucleus` takes the top 64 of each row (torch.topk), and more only for the rows where those do
+    not reach top_p, instead of sorting the whole vocabulary of every row.
+
     >>> probs_from_logits(torch.tensor([2.0, 1.0, 0.0]), temperature=0)
     tensor([1., 0., 0.], dtype=torch.float64)
     >>> probs_from_logits(torch.tensor([0.0, 0.0, -9.0]), top_k=2).round(decimals=3)
@@ -37,12 +41,39 @@ def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
     if top_p is not None and top_p < 1:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        before = sorted_p.cumsum(-1) - sorted_p                             # mass strictly before each token
-        sorted_p = sorted_p.masked_fill(before >= top_p, 0.0)                # keep the smallest nucleus >= top_p
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        probs = probs / probs.sum(-1, keepdim=True)
+        probs = _nucleus(probs, top_p, min(int(top_k or NUCLEUS_START), NUCLEUS_START))
     return probs
+
+
+NUCLEUS_START = 64      # candidates per row for top-p; doubled, for the rows that need more, until they hold top_p
+
+
+def _nucleus(probs, top_p, k):
+    """probs (..., V) -> the top-p nucleus of each row, renormalised. Exactly the full-sort rule (keep a token
+    iff the mass of the tokens ranked before it is < top_p), computed on the top k tokens of a row: once those
+    hold >= top_p of the mass, the token ranked k+1 (and every later one) is out anyway. Rows whose top k hold
+    less (flat distributions) are redone with 2k, 4k, ... tokens; only those rows."""
+    flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
+    V = flat.size(-1)
+    k = max(1, min(k, V))
+    top, order = flat.topk(k, dim=-1)                                        # (N, k), largest first
+    out = torch.zeros_like(flat).scatter_(-1, order, _keep(top, top_p))
+    short = (top.cumsum(-1)[:, -1] < top_p).nonzero().flatten()              # rows whose nucleus is longer
+    while short.numel() and k < V:
+        k = min(2 * k, V)
+        top, order = flat[short].topk(k, dim=-1)                             # (n_short, k)
+        done = (top.cumsum(-1)[:, -1] >= top_p) | (k == V)                  # (the mass _keep sees)
+        out[short[done]] = torch.zeros_like(top[done, :1]).expand(-1, V).scatter(-1, order[done],
+                                                                                  _keep(top[done], top_p))
+        short = short[~done]
+    return out.view_as(probs)                                                # (N, V) -> (..., V)
+
+
+def _keep(sorted_p, top_p):
+    """sorted_p (n, k), each row descending -> the nucleus part of each row, renormalised (zeros elsewhere)."""
+    before = sorted_p.cumsum(-1) - sorted_p                                  # mass strictly before each token
+    kept = sorted_p.masked_fill(before >= top_p, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def next_token(logits, temperature=0.0, top_k=None, top_p=None, generator=None):
@@ -54,9 +85,18 @@ def next_token(logits, temperature=0.0, top_k=None, top_p=None, generator=None):
 
 
 def sample(probs, generator=None):
-    """Draw one token id per row of probs (..., V) -> (...,) LongTensor."""
+    """Draw one token id per row of probs (..., V) -> (...,) LongTensor, by inverse CDF: one uniform u per
+    row, and the first token whose cumulative mass exceeds u * (the row's total). A token of probability 0
+    adds nothing to the cumulative mass, so it is never drawn. (Cheaper than torch.multinomial here.)"""
     flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+    cdf = flat.cumsum(-1)
+    u = torch.rand(flat.size(0), 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]     # (N, 1)
+    idx = torch.searchsorted(cdf, u, right=True)                             # (N, 1)
+    past = idx == flat.size(-1)                          # u * total rounded up to the total: take the last
+    if bool(past.any()):                                 # token of nonzero probability, never a zero one
+        last = flat.size(-1) - 1 - (flat.flip(-1) > 0).long().argmax(-1, keepdim=True)   # (N, 1)
+        idx = torch.where(past, last, idx)
+    return idx.view(probs.shape[:-1])                                        # (N, 1) -> (...,)
 
 
 @dataclass

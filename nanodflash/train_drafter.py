@@ -1,12 +1,14 @@
 """Training the DFlash drafter (paper §4.2): target-generated data, random anchors, one-pass block mask.
 
 1. `generate_sequences`: the drafter must learn what the *target* will say, so its data is the
-   target's own continuations of prompts from the training split (greedy or sampled), batched with
-   the KV cache.
+   target's own continuations of prompts from the training split (greedy or sampled, or a mix of both:
+   `generate_mix`), batched with the KV cache.
 2. `train_drafter`: per step, a batch of sequences goes once through the frozen target (features at
    `target_layer_ids` for every position); K random anchors per sequence are drawn afresh; all K
    blocks [x_a, MASK, ...] go through the drafter in ONE forward with `training_mask`; the loss is
-   cross-entropy of slots 1..B-1 against x_{a+1..a+B-1}, weighted by exp(-(k-1)/gamma).
+   cross-entropy of slots 1..B-1 against x_{a+1..a+B-1}, weighted by exp(-(k-1)/gamma); with
+   soft_weight > 0, mixed with the cross-entropy against the target's own next-token distribution
+   (distill.py; computed in the same one-time target pass as the features).
 3. `evaluate_drafter`: per-slot accuracy on held-out sequences, and τ of real speculative decoding.
 """
 
@@ -15,6 +17,7 @@ from dataclasses import asdict
 
 import torch
 
+from .distill import soft_targets
 from .drafter import loss_decay_weights
 from .resume import Resume, data_hash
 from .sampling import next_token
@@ -48,6 +51,16 @@ def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0
     return torch.cat(out)
 
 
+def generate_mix(target, ids, n, greedy_frac, seed, kw):
+    """n target continuations (generate_sequences with keyword args kw): round(n * greedy_frac) greedy ones,
+    the rest at kw["temperature"] (all greedy when that is 0). Without a greedy part: one plain call."""
+    n_greedy = n if kw.get("temperature", 0) == 0 else round(n * greedy_frac)
+    parts = [generate_sequences(target, ids, n_greedy, seed=seed, **{**kw, "temperature": 0.0})] if n_greedy else []
+    if n_greedy < n:                                   # other prompts than the greedy part's (another seed)
+        parts.append(generate_sequences(target, ids, n - n_greedy, seed=seed + 7919 if n_greedy else seed, **kw))
+    return torch.cat(parts)
+
+
 def sample_anchors(n_seqs, n_anchors, seq_len, block_size, min_anchor=0, generator=None):
     """(n_seqs, n_anchors) anchor positions, uniform in [min_anchor, seq_len - block_size] (repeats allowed)."""
     hi = seq_len - block_size
@@ -57,17 +70,30 @@ def sample_anchors(n_seqs, n_anchors, seq_len, block_size, min_anchor=0, generat
 
 
 @torch.no_grad()
-def target_features(target, seqs, layer_ids, batch_size=64):
-    """Features at `layer_ids` for every position of seqs (N, S) -> (N, S, n_feat*D), in batches."""
+def target_features(target, seqs, layer_ids, batch_size=64, soft=False):
+    """Features at `layer_ids` for every position of seqs (N, S) -> (N, S, n_feat*D), in batches.
+    soft=True: also the target's top-m next-token distributions from the same forwards (distill.soft_targets),
+    returned as (features, (probs, ids))."""
     device = next(target.parameters()).device
-    parts = [target(seqs[i: i + batch_size].to(device), layer_ids=layer_ids)[1] for i in range(0, len(seqs), batch_size)]
-    return torch.cat(parts)
+    feats, probs, ids = [], [], []
+    for i in range(0, len(seqs), batch_size):
+        logits, f = target(seqs[i: i + batch_size].to(device), layer_ids=layer_ids)
+        feats.append(f)
+        if soft:
+            p, t = soft_targets(logits)
+            probs.append(p)
+            ids.append(t)
+    return (torch.cat(feats), (torch.cat(probs), torch.cat(ids))) if soft else torch.cat(feats)
 
 
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
-                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None):
+                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None,
+                  soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0):
     """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict.
-    `resume`: path of a resume file (resume.py), continued from if it exists."""
+    `resume`: path of a resume file (resume.py), continued from if it exists. soft_weight > 0 mixes in the
+    cross-entropy against the target's next-token distribution (distill.py), with that weight.
+    `long_seqs` (N', S' > S): longer sequences, of which each step also draws long_batch x long_anchors blocks,
+    so that the drafter sees late positions too; the loss is the mean over all the step's blocks."""
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
     target.requires_grad_(False)
@@ -75,43 +101,65 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
     weights = loss_decay_weights(c.block_size, gamma).to(device)
     opt = make_optimizer(drafter.parameters(), lr)
     history = {"step": [], "loss": [], "eval": []}
+    parts = [dict(seqs=seqs, n=batch_size, k=n_anchors)]                      # where each step's blocks come from
+    if long_seqs is not None and long_batch and long_anchors:
+        parts.append(dict(seqs=long_seqs, n=long_batch, k=long_anchors))
+    blocks = sum(p["n"] * p["k"] for p in parts)
     settings = dict(kind=getattr(drafter, "kind", None), config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
                     steps=steps, batch_size=batch_size, n_anchors=n_anchors, lr=lr, min_anchor=min_anchor,
-                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every)
+                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
+                    **({"soft_weight": soft_weight} if soft_weight else {}),   # old resume files stay valid
+                    **({"long": [data_hash(long_seqs), long_batch, long_anchors]} if len(parts) > 1 else {}))
     state = Resume(resume, "drafter", settings, model=drafter, optimizer=opt, data_order=g, history=history)
     first = state.restore(steps)
     progress = Progress("drafter", steps, log_every, start=first)
     # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
     # (when they fit in memory) instead of once per step.
-    n_bytes = seqs.numel() * len(c.target_layer_ids) * c.n_embd * 4
-    all_feats = target_features(target, seqs, c.target_layer_ids).cpu() if n_bytes < precompute_limit else None
+    use_soft = soft_weight > 0
+    n_bytes = sum(p["seqs"].numel() for p in parts) * len(c.target_layer_ids) * c.n_embd * 4
+    for p in parts:
+        p["feats"], p["soft"] = None, None
+        if n_bytes < precompute_limit:
+            both = target_features(target, p["seqs"], c.target_layer_ids, soft=use_soft)
+            p["feats"], p["soft"] = both if use_soft else (both, None)
+            p["feats"] = p["feats"].cpu()
     drafter.train()
     with state.deferring_ctrl_c():
         for step in range(first, steps):
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, lr)
-            rows = torch.randint(0, seqs.size(0), (batch_size,), generator=g)
-            x = seqs[rows].to(device)                                          # (N, S)
-            feats = all_feats[rows].to(device) if all_feats is not None else target_features(target, x, c.target_layer_ids)
-            anchors = sample_anchors(batch_size, n_anchors, x.size(1), c.block_size, min_anchor, g).to(device)
-            loss, out = drafter.loss(feats, x, anchors, weights)
+            loss, parts_out = 0.0, {}
+            for p in parts:
+                rows = torch.randint(0, p["seqs"].size(0), (p["n"],), generator=g)
+                x = p["seqs"][rows].to(device)                                 # (N, S)
+                if p["feats"] is not None:
+                    feats, soft = p["feats"][rows].to(device), p["soft"] and tuple(t[rows].to(device) for t in p["soft"])
+                else:                                                          # one target forward per step
+                    both = target_features(target, x, c.target_layer_ids, soft=use_soft)
+                    feats, soft = both if use_soft else (both, None)
+                anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, min_anchor, g).to(device)
+                part_loss, out = drafter.loss(feats, x, anchors, weights, soft=soft, soft_weight=soft_weight)
+                share = p["n"] * p["k"] / blocks                               # this part's share of the blocks
+                loss = loss + share * part_loss
+                for k in PARTS:
+                    if k in out:
+                        parts_out[k] = parts_out.get(k, 0.0) + share * float(out[k])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
             opt.step()
             history["step"].append(step + 1)
             history["loss"].append(loss.item())
-            parts = {k: float(out[k]) for k in PARTS if k in out}               # DFlash 2: its two losses, recall
-            for k, v in parts.items():
+            for k, v in parts_out.items():                                     # DFlash 2: its two losses, recall
                 history.setdefault(k, []).append(v)
-            extra = "".join(f" | {k} {v:.3f}" for k, v in parts.items()) if step % log_every == 0 else ""
+            extra = "".join(f" | {k} {v:.3f}" for k, v in parts_out.items()) if step % log_every == 0 else ""
             if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
                 drafter.eval()
                 result = eval_fn(drafter)
                 drafter.train()
                 history["eval"].append({"step": step + 1, **result})
                 extra += " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
-            progress.step(step, loss.item(), lr_at(step, steps, lr), batch_size * n_anchors * c.block_size, extra)
+            progress.step(step, loss.item(), lr_at(step, steps, lr), blocks * c.block_size, extra)
             state.step_done(step + 1)                   # saves every ~45 s, and at Ctrl-C (then stops)
     drafter.eval()
     return history
@@ -155,9 +203,10 @@ def measure_tau(drafter, prompts, max_new_tokens, block_size=None, **kw):
     return emitted / max(steps, 1)
 
 
-def side_by_side(target, drafter, prompts, new_tokens, block_size):
+def side_by_side(target, drafter, prompts, new_tokens, block_size, runs=None):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
-    Returns (plain seconds, speculative seconds, τ of the speculative runs)."""
+    Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
+    speculative run's acceptance lengths (for τ by position, bands.py)."""
     t_plain = t_spec = 0.0
     emitted = steps = 0
     for p in prompts:
@@ -167,6 +216,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size):
         out, stats = speculative_generate(target, drafter, p, new_tokens, block_size=block_size)
         t2 = time.perf_counter()
         emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
+        if runs is not None:
+            runs.append(stats.acceptance_lengths)
         if out != ref:
             raise AssertionError("speculative greedy output differs from plain greedy decoding")
         t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1

@@ -184,10 +184,13 @@ def test_baseline_recipe_is_train_tinys_drafter_recipe():
     import train_tiny
     assert baselines.RECIPE == dict(steps=train_tiny.DRAFT_STEPS, batch_size=train_tiny.DRAFT_BATCH,
                                     n_anchors=train_tiny.DRAFT_ANCHORS, lr=train_tiny.DRAFT_LR,
-                                    gamma=train_tiny.GAMMA, seed=train_tiny.SEED), "recipe drifted from train_tiny.py"
+                                    gamma=train_tiny.GAMMA, seed=train_tiny.SEED, soft_weight=train_tiny.SOFT_WEIGHT,
+                                    long_batch=train_tiny.LONG_BATCH, long_anchors=train_tiny.LONG_ANCHORS), \
+        "recipe drifted from train_tiny.py"
     s = train_tiny.SMOKE
     assert baselines.SMOKE_RECIPE == dict(baselines.RECIPE, steps=s["draft_steps"], batch_size=s["draft_batch"],
-                                          n_anchors=s["draft_anchors"]), "smoke recipe drifted from train_tiny.SMOKE"
+                                          n_anchors=s["draft_anchors"], long_batch=s["long_batch"],
+                                          long_anchors=s["long_anchors"]), "smoke recipe drifted from train_tiny.SMOKE"
 
 
 def test_baseline_checkpoints_round_trip_and_refuse_the_wrong_kind_or_target(tmp_path, target):

@@ -32,8 +32,14 @@ def test_bench_has_one_row_per_method_with_block_sizes_capped_at_the_drafters(se
     B, kind = drafter.config.block_size, bench.kind_of(drafter)    # B=8 in smoke mode: 4, 8 (16 capped to 8)
     expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in sorted({min(b, B) for b in (4, 8, 16)})] + \
                ["prompt lookup k=4", "prompt lookup k=10"] + \
-               ["plain T=1", f"{kind} T=1 match B={B}", f"{kind} T=1 rejection B={B}"]
+               ["plain T=1", f"{kind} T=1 match B={B}", f"{kind} T=1 rejection B={B}"] + \
+               ["plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 match B={B}", f"{kind} T=0.7 p=0.95 rejection B={B}"]
     assert list(rows) == expected, f"rows {list(rows)} != {expected}"
+
+
+def plain_row(rows, temperature):
+    """The plain decoding row a row at `temperature` is compared with."""
+    return next(r for name, r in rows.items() if name.startswith("plain") and r["temperature"] == temperature)
 
 
 def test_bench_tau_equals_tokens_emitted_by_steps_over_verify_steps(setup):
@@ -54,7 +60,7 @@ def test_bench_forward_passes_are_prefill_plus_one_per_step(setup):
 
 
 def test_bench_plain_rows_have_tau_1_and_one_forward_per_token(setup):
-    for name in ("plain greedy", "plain T=1"):
+    for name in ("plain greedy", "plain T=1", "plain T=0.7 p=0.95"):
         r = setup[3][name]
         assert r["tau"] == 1 and r["forwards_per_token"] == 1, f"{name}: tau {r['tau']}, fwd/token {r['forwards_per_token']}"
         assert r["speedup"] == 1, f"{name} is its own baseline, speedup {r['speedup']}"
@@ -63,7 +69,7 @@ def test_bench_plain_rows_have_tau_1_and_one_forward_per_token(setup):
 def test_bench_speedup_is_tokens_per_s_over_plain_at_the_same_temperature(setup):
     rows = setup[3]
     for name, r in rows.items():
-        base = rows["plain greedy" if r["temperature"] == 0 else "plain T=1"]
+        base = plain_row(rows, r["temperature"])
         assert math.isclose(r["speedup"], r["tokens_per_s"] / base["tokens_per_s"]), f"{name}: wrong baseline"
         assert r["tokens_per_s"] > 0 and r["seconds"] > 0, f"{name}: no time measured"
 
@@ -85,6 +91,17 @@ def test_bench_greedy_rows_agree_with_independent_runs_and_with_plain_decoding(s
             assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), f"{name}: step count differs"
         else:
             assert r["tokens"] == sum(len(generate(target, p, NEW_TOKENS)) for p in prompts), f"{name}: tokens"
+
+
+def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchmarks_seeds(setup):
+    target, drafter, prompts, rows = setup
+    B = drafter.config.block_size
+    for v in ("match", "rejection"):
+        r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 {v} B={B}"]
+        runs = [speculative_generate(target, drafter, p, NEW_TOKENS, temperature=0.7, top_p=0.95, verifier=v,
+                                     generator=torch.Generator().manual_seed(i)) for i, p in enumerate(prompts)]
+        assert r["temperature"] == 0.7 and r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
+            f"{v}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the benchmark's"
 
 
 def test_bench_a_new_method_is_one_more_list_entry(setup):
@@ -117,12 +134,17 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     for needed in ("tok/s = median over prompts", "greedy outputs identical to plain greedy on all 1 prompts: yes",
                    "ceiling: speedup <= tau * t_plain / (t_draft + t_verify)", f"{other} greedy B={B}",
                    "oracle-selector tau (ceiling of a perfect top-16 selector", f"({kind} draft step ", f"% vs {other})",
-                   "prompt lookup k=10", "vs the best prompt lookup setting (prompt lookup k="):
+                   "prompt lookup k=10", "vs the best prompt lookup setting (prompt lookup k=",
+                   "plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 rejection B=", f"{other} T=0.7 p=0.95 rejection B=",
+                   f"per-slot acceptance of '{kind} T=0.7 p=0.95 rejection'", "  sum min(p, q) "):
         assert needed in out, f"output lacks {needed!r}:\n{out}"
     data = json.loads(path.read_text())
     assert [r["name"] for r in data["rows"]][0] == "plain greedy" and data["step_costs"]["draft_s"] > 0, "bad JSON"
     assert set(data["oracle_selector"]) == {f"{kind} greedy B={B}", f"{other} greedy B={B}"}, data["oracle_selector"]
     assert set(data["draft_step_s"]) == {kind, other}, f"draft step costs: {data['draft_step_s']}"
+    slots = data["slot_acceptance"]
+    assert slots["reached"][0] > 0 and all(0 <= x <= 1 for x in slots["overlap"] + slots["accepted"]), \
+        f"per-slot acceptance is not a set of rates: {slots}"
     main_row = next(r for r in data["rows"] if r["name"] == f"{kind} greedy B={B}")
     assert data["ceiling"] == main_row["ceiling"] >= main_row["speedup"], "the printed ceiling is not the row's bound"
 
@@ -157,7 +179,7 @@ def test_bench_ceiling_is_at_least_the_measured_speedup_on_every_speculative_row
             continue
         assert r["bound"]["tokens_per_s"] >= r["tokens_per_s"], f"{name}: bound {r['bound']} < tok/s"
         assert r["ceiling"] >= r["speedup"], f"{name}: ceiling {r['ceiling']:.3f}x < measured {r['speedup']:.3f}x"
-        b, plain = r["bound"], setup[3]["plain greedy" if r["temperature"] == 0 else "plain T=1"]
+        b, plain = r["bound"], plain_row(setup[3], r["temperature"])
         formula = b["tau"] * (1 / plain["tokens_per_s"]) / (b["draft_s"] + b["verify_s"])
         assert math.isclose(r["ceiling"], formula), f"{name}: printed factors {b} do not give the ceiling"
 
@@ -168,8 +190,12 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
     names = [m.name for m in bench.default_methods(main, {"dflash": other})]
     assert [n for n in names if n.startswith("dflash2")] == ["dflash2 greedy B=4", "dflash2 greedy B=8",
                                                             "dflash2 greedy B=16", "dflash2 T=1 match B=16",
-                                                            "dflash2 T=1 rejection B=16"], f"main rows: {names}"
-    assert [n for n in names if n.startswith("dflash ")] == ["dflash greedy B=8"], "extra rows: B=8/16 capped at 8"
+                                                            "dflash2 T=1 rejection B=16",
+                                                            "dflash2 T=0.7 p=0.95 match B=16",
+                                                            "dflash2 T=0.7 p=0.95 rejection B=16"], f"main rows: {names}"
+    assert [n for n in names if n.startswith("dflash ")] == ["dflash greedy B=8", "dflash T=0.7 p=0.95 match B=8",
+                                                            "dflash T=0.7 p=0.95 rejection B=8"], \
+        f"extra rows: greedy B=8/16 capped at 8, then the sampled rows with each verifier: {names}"
     assert "prompt lookup k=10" in names, "prompt lookup rows need no training: always present"
     with pytest.raises(ValueError, match="main drafter's kind"):
         bench.default_methods(main, {"dflash2": other})

@@ -1,0 +1,75 @@
+"""Distribution matching: train the drafter toward the target's next-token *distribution*, not one token.
+
+The rejection verifier accepts a draft d ~ q with probability min(1, p(d)/q(d)), so one slot accepts with
+probability sum_x min(p(x), q(x)) = 1 - TV(p, q): what pays when sampling is q close to p, not q's argmax
+right. Cross-entropy against the data's token makes q peaked on it; cross-entropy against the target's
+distribution p (equivalently KL(p || q) up to a constant) makes q calibrated like p.
+
+The target is frozen, so its distributions are computed once, in the same forward that gives the drafter's
+features (`soft_targets`), and kept as the top m tokens of each position (m = 32 here; the rest of the mass
+is small and renormalised away): probs (N, S, m) float32 and ids (N, S, m) int16, row j = p(x_{j+1} | x_<=j).
+Temperature 1: training q ~ p at T=1 makes softmax(./T) of both match at any sampling temperature T.
+
+- `mix_soft`: the DFlash slot loss (1 - beta) * CE(data token) + beta * CE(target's distribution).
+- `candidate_soft_targets`: for the DFlash 2 selector, the target's probabilities of a slot's K candidates,
+  renormalised over them (the selector's q lives on the candidates only).
+"""
+
+import torch
+import torch.nn.functional as F
+
+SOFT_TOP = 32           # tokens of the target's distribution kept per position
+
+
+@torch.no_grad()
+def soft_targets(logits, top=SOFT_TOP):
+    """Target logits (N, S, V) -> (probs (N, S, m) float32, ids (N, S, m) int16): its top-m next-token
+    probabilities at temperature 1 (not renormalised)."""
+    probs, ids = torch.softmax(logits.float(), dim=-1).topk(min(top, logits.size(-1)), dim=-1)
+    return probs, ids.to(torch.int16)
+
+
+def block_soft_targets(soft, anchors, block_size):
+    """The target's distribution for every block slot k = 0..B-1 (the token at a+k, predicted at a+k-1;
+    slot 0 has no loss and gets position a's): soft = (probs, ids), each (N, S, m) -> each (N, K, B, m)."""
+    probs, ids = soft
+    N, K = anchors.shape
+    pos = (anchors[:, :, None] + torch.arange(block_size, device=anchors.device) - 1).clamp_min(0)   # (N, K, B)
+    index = pos.flatten(1)[..., None].expand(-1, -1, probs.size(-1))                                 # (N, K*B, m)
+    picked = [torch.gather(t.to(anchors.device), 1, index).view(N, K, block_size, -1)   # (N, K*B, m) -> (N, K, B, m)
+              for t in (probs, ids.long())]
+    return picked[0], picked[1]
+
+
+def soft_cross_entropy(scores, target_probs, weights, keep=None):
+    """sum_k w_k * (-sum_c p_k(c) log softmax(scores_k)(c)) / sum_k w_k over the slots of (..., B, C).
+
+    target_probs (..., B, C): each row a distribution over the C scores; `keep` (bool (..., B)) leaves slots out."""
+    ce = -(target_probs * F.log_softmax(scores, dim=-1)).sum(-1)                       # (..., B)
+    w = weights.to(ce.device).expand_as(ce)
+    if keep is not None:
+        w = w * keep
+    return (ce * w).sum() / w.sum().clamp_min(1e-12)
+
+
+def mix_soft(hard, logits, soft, anchors, weights, soft_weight):
+    """(1 - soft_weight) * hard + soft_weight * the cross-entropy of logits (N, K, B, V) against the target's
+    top-m distribution (renormalised over its m tokens). Just `hard` when there are no soft targets."""
+    if soft is None or soft_weight == 0:
+        return hard
+    probs, ids = block_soft_targets(soft, anchors, logits.size(2))                     # (N, K, B, m) each
+    probs = (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
+    logp = torch.gather(F.log_softmax(logits, dim=-1), -1, ids)                         # (N, K, B, m)
+    ce = -(probs * logp).sum(-1)                                                        # (N, K, B)
+    w = weights.to(ce.device).expand_as(ce)
+    return (1 - soft_weight) * hard + soft_weight * (ce * w).sum() / w.sum().clamp_min(1e-12)
+
+
+def candidate_soft_targets(cand, probs, ids):
+    """cand (..., K) candidate ids; the target's top-m (probs, ids) (..., m) of the same slots ->
+    (the target's probability of each candidate renormalised over the K, (..., K); has_mass (...,) bool:
+    some candidate is among the target's top m). Rows without mass are all zero."""
+    same = cand[..., :, None] == ids[..., None, :]                                     # (..., K, m)
+    p = (same * probs[..., None, :]).sum(-1)                                            # (..., K)
+    total = p.sum(-1, keepdim=True)
+    return p / total.clamp_min(1e-12), total[..., 0] > 0

@@ -1,0 +1,39 @@
+"""The report at the end of `train_tiny.py`: losses, per-slot accuracy, τ, speedups, and long generations.
+
+Every speedup is measured side by side (plain and speculative greedy decoding of the same prompts,
+interleaved, in this process) and every speculative output is checked against plain greedy decoding.
+"""
+
+from .bands import format_bands, tau_by_band
+from .train_drafter import measure_tau, side_by_side, slot_accuracy
+
+
+def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist, draft_hist,
+                  threads):
+    """Print the summary; `long_tokens` > 0 adds τ by position band and the speedup at that many new tokens."""
+    print(f"\n=== summary (decoding with {threads} thread) ===")
+    if target_hist.get("val_loss"):
+        print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
+    if draft_hist.get("loss"):
+        last = draft_hist["loss"][-20:]
+        print(f"drafter: loss {draft_hist['loss'][0]:.3f} -> {sum(last) / len(last):.3f}")
+    acc = slot_accuracy(drafter, data["val"], min_anchor=data["prompt_len"] - 1)
+    print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
+    print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
+    B = drafter.config.block_size
+    side_by_side(target, drafter, prompts[:2], new_tokens, None)                        # warm-up
+    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, new_tokens, None)
+    for b in sorted({min(4, B), min(8, B)} - {B}):
+        print(f"tau (greedy, {len(prompts)} val prompts, block_size={b:2d}): "
+              f"{measure_tau(drafter, prompts, new_tokens, block_size=b):.2f}")
+    print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f}")
+    print(f"greedy speculative == plain greedy on all {len(prompts)} prompts: yes")
+    print(f"speedup (block_size={B}, {new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
+          f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+    if long_tokens:                                                                     # does the speed hold?
+        runs = []
+        t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs)
+        print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {long_tokens} new tokens, "
+              "all identical to plain greedy)")
+        print(f"speedup (block_size={B}, {long_tokens} new tokens): plain {t_plain:.2f}s vs dflash {t_spec:.2f}s "
+              f"-> {t_plain / t_spec:.2f}x")
