@@ -222,6 +222,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=threads, default=THREADS,
                    help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like train_tiny.py's "
                    "summary)")
+    p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy rows, no "
+                   "extra sections but the step costs: a quick check, e.g. of long generations (--max_new_tokens 480)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -238,7 +240,10 @@ def main(argv=None, extra=None):
         extra = {**load_present(args.out, target, args.device, drafter.kind), **(extra or {})}   # baselines, if trained
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         t0 = time.perf_counter()
-        rows = run_benchmark(target, drafter, prompts, default_methods(drafter, extra), args.max_new_tokens, args.seed)
+        methods = default_methods(drafter, extra)
+        if args.greedy_only:
+            extra, methods = {}, [m for m in methods if m.name == "plain greedy" or m.name.startswith(f"{kind_of(drafter)} greedy")]
+        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -262,15 +267,16 @@ def main(argv=None, extra=None):
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 
-    # sampling: where the main drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
-    T, p = SAMPLED
-    acceptance = slot_acceptance(target, drafter, prompts, args.max_new_tokens, T, p, args.seed)
-    print("\n" + format_slot_acceptance(acceptance, f"{kind} T={T} p={p} rejection"))
-
-    # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
+    acceptance = oracles = None
     family = {kind: drafter, **dflash_style(extra)}
-    text, oracles = oracle_section(target, family, prompts, args.max_new_tokens, by_name, ORACLE_TOP_K)
-    print("\n" + text)
+    if not args.greedy_only:
+        # sampling: where the main drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
+        T, p = SAMPLED
+        acceptance = slot_acceptance(target, drafter, prompts, args.max_new_tokens, T, p, args.seed)
+        print("\n" + format_slot_acceptance(acceptance, f"{kind} T={T} p={p} rejection"))
+        # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
+        text, oracles = oracle_section(target, family, prompts, args.max_new_tokens, by_name, ORACLE_TOP_K)
+        print("\n" + text)
 
     # step costs in isolation, and one draft step per DFlash-style drafter
     costs = step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2, n=N_TIMED_CALLS)

@@ -266,3 +266,20 @@ def test_oracle_selector_refuses_a_reference_that_is_not_the_greedy_output(oracl
     wrong = [refs[0][:5] + [(refs[0][5] + 1) % target.config.vocab_size] + refs[0][6:]]
     with pytest.raises(ValueError, match="not the plain greedy output"):
         bench_extras.oracle_selector_stats(drafter, prompts[:1], wrong, 8)
+
+
+def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_late_step_costs(smoke_out, tmp_path,
+                                                                                             capsys):
+    path = tmp_path / "long.json"
+    bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "120", "--greedy_only",
+                "--json", str(path)])
+    out = capsys.readouterr().out
+    rows = json.load(open(path))["rows"]
+    assert all(r["temperature"] == 0 for r in rows) and not any("lookup" in r["name"] for r in rows), \
+        f"--greedy_only should keep plain and the drafter's greedy rows only, got {[r['name'] for r in rows]}"
+    assert "tau by position: 1-96 " in out and "97-240 " in out, f"no τ by position band in:\n{out}"
+    spec = [r for r in rows if r["name"] != "plain greedy"]
+    assert all(r["bands"][0][:2] == [0, 96] and r["bands"][1][2] is not None for r in spec), \
+        "every speculative row should carry τ per band, with steps past token 96"
+    assert next(r for r in rows if r["name"] == "plain greedy")["bands"] is None, "plain decoding has no steps"
+    assert "at context " in out, "the step costs late in a long generation are missing"
