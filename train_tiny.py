@@ -20,8 +20,8 @@ import torch
 from nanodflash import baselines, checkpoint as ckpt
 from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints
 from nanodflash.data import check_enough, load_corpus, split_train_val, window_prompts
-from nanodflash.dflash2 import DFlash2Config
 from nanodflash.gpt import GPT, GPTConfig
+from nanodflash.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
 from nanodflash.summary import print_summary
@@ -138,60 +138,6 @@ def parse_args(argv=None):
     return args
 
 
-def context_window(seq_len):
-    """The target's max_seq_len: room for the drafter's sequences and the summary's prompts."""
-    return max(512, seq_len)
-
-
-def check_flag_combinations(a):
-    """The checks that involve two flags; one line naming them and what is allowed, or None."""
-    heads = [h for h in range(1, a.n_embd + 1) if a.n_embd % h == 0 and (a.n_embd // h) % 2 == 0]
-    window = context_window(a.seq_len)
-    if a.n_head not in heads:
-        return (f"--n_head {a.n_head} must divide --n_embd {a.n_embd} into an even head size (RoPE rotates pairs); "
-                f"allowed: {', '.join(map(str, heads)) or 'none, make --n_embd even'}")
-    if a.drafter == "dflash2" and a.n_embd % DFlash2Config.conv_group_size:
-        return (f"--n_embd {a.n_embd} must be a multiple of {DFlash2Config.conv_group_size} for --drafter dflash2 "
-                "(one convolution tap per group of that many channels)")
-    if a.prompt_len + a.gen_len > window:
-        return (f"--prompt_len + --gen_len = {a.prompt_len + a.gen_len} must be at most the target's context window, "
-                f"max(512, --seq_len) = {window}")
-    if a.prompt_len + a.eval_new_tokens > window:
-        return (f"--prompt_len + --eval_new_tokens = {a.prompt_len + a.eval_new_tokens} must be at most the target's "
-                f"context window, max(512, --seq_len) = {window}")
-    for flag, n in (("--long_gen_len", a.long_gen_len if a.long_seqs else 0), ("--eval_long_tokens", a.eval_long_tokens)):
-        if a.prompt_len + n > window:
-            return f"--prompt_len + {flag} = {a.prompt_len + n} must be at most the target's context window {window}"
-    if a.long_seqs and a.block_size > a.long_gen_len + 1:
-        return f"--block_size {a.block_size} must be at most --long_gen_len + 1 = {a.long_gen_len + 1}"
-    if a.block_size > a.gen_len + 1:
-        return (f"--block_size {a.block_size} must be at most --gen_len + 1 = {a.gen_len + 1}: a training block's "
-                "labels are generated tokens")
-    if a.drafter == "dflash2" and a.conv_kernel_size > a.block_size:
-        return f"--conv_kernel_size {a.conv_kernel_size} must be at most --block_size {a.block_size}"
-    if a.drafter == "dflash2" and a.selector_top_k > a.vocab_size:
-        return f"--selector_top_k {a.selector_top_k} must be at most --vocab_size {a.vocab_size}"
-    if a.target_layer_ids:
-        try:
-            parse_layer_ids(a.target_layer_ids, a.n_layer)
-        except ValueError as e:
-            return str(e)
-    elif a.draft_layers > a.n_layer:
-        return (f"--draft_layers {a.draft_layers} must be at most --n_layer {a.n_layer} when --target_layer_ids is "
-                "empty (the paper's rule takes one target layer per drafter layer)")
-    return None
-
-
-def parse_layer_ids(text, n_layer):
-    try:
-        ids = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--target_layer_ids must be comma-separated integers, got {text!r}") from None
-    if not ids or min(ids) < 0 or max(ids) >= n_layer:
-        raise ValueError(f"--target_layer_ids {ids} must lie in 0..{n_layer - 1} (the target has {n_layer} layers)")
-    return ids
-
-
 def main(argv=None):
     args = parse_args(argv)
     if args.smoke:
@@ -240,28 +186,24 @@ def main(argv=None):
         ckpt.save_target(path["target"], target, path["tok"], target_hist)
     target.eval()
 
-    # 3. target-generated data (train: prompts from the train split; held-out: from the val split)
-    if os.path.exists(path["data"]):
+    # 3. target-generated data: continuations of prompts from the train split (short, and long ones) and held-out
+    #    ones from the val split; a data.pt made before long sequences existed gets them added
+    parts = {"train": (train_ids, args.n_seqs, args.gen_len, args.seed),
+             "val": (val_ids, max(4, args.n_seqs // 16), args.gen_len, args.seed + 1)}
+    if args.long_seqs:
+        parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3)
+    data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else {"prompt_len": args.prompt_len}
+    todo = [k for k in parts if k not in data]
+    if not todo:
         print(f"[data] found {path['data']}, skipping")
-        data = ckpt.read(path["data"], "generated data")
     else:
         t0 = time.perf_counter()
-        kw = dict(prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.gen_temperature,
-                  batch_size=args.gen_batch)
-        data = {"train": generate_mix(target, train_ids, args.n_seqs, args.gen_greedy_frac, args.seed, kw),
-                "val": generate_mix(target, val_ids, max(4, args.n_seqs // 16), args.gen_greedy_frac, args.seed + 1,
-                                    kw),
-                "prompt_len": args.prompt_len}
-        n_tok = (data["train"].numel() + data["val"].numel())
-        print(f"[data] generated {n_tok:,} tokens in {time.perf_counter() - t0:.1f}s -> {path['data']}")
-        ckpt.atomic_save(data, path["data"])
-    if args.long_seqs and "train_long" not in data:             # long continuations (a data.pt from before has none)
-        t0 = time.perf_counter()
-        kw = dict(prompt_len=args.prompt_len, gen_len=args.long_gen_len, temperature=args.gen_temperature,
-                  batch_size=args.gen_batch)
-        data["train_long"] = generate_mix(target, train_ids, args.long_seqs, args.gen_greedy_frac, args.seed + 3, kw)
-        print(f"[data] generated {data['train_long'].numel():,} tokens of long sequences in "
-              f"{time.perf_counter() - t0:.1f}s -> {path['data']}")
+        for k in todo:
+            source, n, gen_len, seed = parts[k]
+            data[k] = generate_mix(target, source, n, args.gen_greedy_frac, seed, dict(
+                prompt_len=args.prompt_len, gen_len=gen_len, temperature=args.gen_temperature, batch_size=args.gen_batch))
+        n_tok = sum(data[k].numel() for k in todo)
+        print(f"[data] generated {n_tok:,} tokens ({', '.join(todo)}) in {time.perf_counter() - t0:.1f}s -> {path['data']}")
         ckpt.atomic_save(data, path["data"])
 
     # 4. drafter

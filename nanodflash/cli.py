@@ -5,7 +5,7 @@
 
 argparse prints the usage line, then one error line naming the flag ("argument --n_seqs: ") and the allowed
 range. Every float flag refuses NaN and ±inf: NaN passes every `x < 0` test, which is how it used to slip through.
-Checks that involve two flags (--n_head must divide --n_embd) stay in each script, after parsing.
+Checks that involve two flags (--n_head must divide --n_embd) run after parsing (train_tiny's: pipeline_flags.py).
 """
 
 import argparse

@@ -41,15 +41,20 @@ def block_soft_targets(soft, anchors, block_size):
     return picked[0], picked[1]
 
 
+def slot_mean(per_slot, weights, keep=None):
+    """sum_k w_k x_k / sum_k w_k over the slots of per_slot (..., B), weights (B,): the decay-weighted mean every
+    drafter loss takes; `keep` (bool (..., B)) leaves slots out."""
+    w = weights.to(per_slot.device).expand_as(per_slot)
+    if keep is not None:
+        w = w * keep
+    return (per_slot * w).sum() / w.sum().clamp_min(1e-12)
+
+
 def soft_cross_entropy(scores, target_probs, weights, keep=None):
     """sum_k w_k * (-sum_c p_k(c) log softmax(scores_k)(c)) / sum_k w_k over the slots of (..., B, C).
 
     target_probs (..., B, C): each row a distribution over the C scores; `keep` (bool (..., B)) leaves slots out."""
-    ce = -(target_probs * F.log_softmax(scores, dim=-1)).sum(-1)                       # (..., B)
-    w = weights.to(ce.device).expand_as(ce)
-    if keep is not None:
-        w = w * keep
-    return (ce * w).sum() / w.sum().clamp_min(1e-12)
+    return slot_mean(-(target_probs * F.log_softmax(scores, dim=-1)).sum(-1), weights, keep)   # CE per slot (..., B)
 
 
 def mix_soft(hard, logits, soft, anchors, weights, soft_weight):
@@ -60,9 +65,7 @@ def mix_soft(hard, logits, soft, anchors, weights, soft_weight):
     probs, ids = block_soft_targets(soft, anchors, logits.size(2))                     # (N, K, B, m) each
     probs = (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
     logp = torch.gather(F.log_softmax(logits, dim=-1), -1, ids)                         # (N, K, B, m)
-    ce = -(probs * logp).sum(-1)                                                        # (N, K, B)
-    w = weights.to(ce.device).expand_as(ce)
-    return (1 - soft_weight) * hard + soft_weight * (ce * w).sum() / w.sum().clamp_min(1e-12)
+    return (1 - soft_weight) * hard + soft_weight * slot_mean(-(probs * logp).sum(-1), weights)   # CE (N, K, B)
 
 
 def candidate_soft_targets(cand, probs, ids):

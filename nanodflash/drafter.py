@@ -30,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .gpt import Block, KVCache
-from .distill import mix_soft
+from .distill import mix_soft, slot_mean
 from .layers import RMSNorm, rope_cos_sin
 
 
@@ -284,8 +284,5 @@ def weighted_cross_entropy(logits, labels, weights, keep=None):
 
     logits (..., B, C), labels (..., B), weights (B,)."""
     ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
-    w = weights.to(ce.device).expand_as(ce)
-    if keep is not None:
-        w = w * keep
-    return (ce * w).sum() / w.sum().clamp_min(1e-12)
+    return slot_mean(ce, weights, keep)
 

@@ -43,7 +43,8 @@ def _special_tokens(enc):
 def to_tokenizer_json(enc):
     """A tiktoken.Encoding (ours: byte-level BPE + special tokens) -> the tokenizer.json dict."""
     to_char = byte_to_char()
-    ranks = {enc.decode_single_token_bytes(i): i for i in range(enc.n_vocab) if i not in dict(_special_tokens(enc))}
+    specials = dict(_special_tokens(enc))
+    ranks = {enc.decode_single_token_bytes(i): i for i in range(enc.n_vocab) if i not in specials}
     text = {t: "".join(to_char[b] for b in t) for t in ranks}                   # bytes -> byte-level string
     merges = []
     for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
@@ -52,7 +53,7 @@ def to_tokenizer_json(enc):
             if ranks.get(left, rank) < rank and ranks.get(right, rank) < rank:
                 merges.append([text[left], text[right]])
     added = [dict(id=i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
-             for i, t in _special_tokens(enc)]
+             for i, t in specials.items()]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [

@@ -71,7 +71,8 @@ CASES = [
     ("train_tiny.py", ["--long_anchors", "0"], "argument --long_anchors: must be an integer in [1, 256], got 0"),
     ("train_tiny.py", ["--eval_long_prompts", "0"], "argument --eval_long_prompts: must be an integer in [1, 10000], got 0"),
     ("train_tiny.py", ["--eval_long_tokens", "5000"], "argument --eval_long_tokens: must be an integer in [0, 4096], got 5000"),
-    ("train_tiny.py", ["--long_gen_len", "600"], "--prompt_len + --long_gen_len = 616 must be at most the target's context window 512"),
+    ("train_tiny.py", ["--long_gen_len", "600"], "--prompt_len + --long_gen_len = 616 must be at most the target's context window, "
+                                                   "max(512, --seq_len) = 512"),
     ("train_tiny.py", ["--long_gen_len", "8"], "--block_size 16 must be at most --long_gen_len + 1 = 9"),
     ("train_tiny.py", ["--eval_new_tokens", "1"], "argument --eval_new_tokens: must be an integer in [2, 4096], got 1"),
     ("train_tiny.py", ["--eval_new_tokens", "600"], "--prompt_len + --eval_new_tokens = 616 must be at most the "

@@ -76,11 +76,16 @@ def assert_same_steps(target, drafter, official_target, official_drafter, prompt
     return stopped, multi
 
 
+def exported_target(run, folder):
+    """Our target from a run folder and its export loaded by transformers, both in float64."""
+    tok, target, _ = nanodflash.load(str(run))
+    hf.export_target(target, tok, str(folder))
+    official = transformers.Qwen3ForCausalLM.from_pretrained(str(folder), dtype=torch.float64).eval()
+    return target.double(), official
+
+
 def test_last_layer_feature_is_hugging_faces_hidden_state_after_the_final_norm(pairs, tmp_path):
-    tok, target, drafter = nanodflash.load(str(pairs["dflash"]))
-    hf.export_target(target, tok, str(tmp_path / "t"))
-    official = transformers.Qwen3ForCausalLM.from_pretrained(str(tmp_path / "t"), dtype=torch.float64).eval()
-    target.double()
+    target, official = exported_target(pairs["dflash"], tmp_path / "t")
     ids = torch.randint(0, target.config.vocab_size, (2, 30), generator=torch.Generator().manual_seed(0))
     L = target.config.n_layer
     _, feats = target(ids, layer_ids=[0, L - 1])                                   # (2, 30, 2*D)
@@ -92,14 +97,12 @@ def test_last_layer_feature_is_hugging_faces_hidden_state_after_the_final_norm(p
 
 
 def test_exported_target_gives_our_logits_in_transformers(pairs, tmp_path):
-    tok, target, _ = nanodflash.load(str(pairs["dflash"]))
-    hf.export_target(target, tok, str(tmp_path / "t"))
-    official = transformers.Qwen3ForCausalLM.from_pretrained(str(tmp_path / "t"), dtype=torch.float64).eval()
-    target.double()
+    target, official = exported_target(pairs["dflash"], tmp_path / "t")
     ids = torch.randint(0, target.config.vocab_size, (2, 50), generator=torch.Generator().manual_seed(1))
-    err = (target(ids)[0] - official(ids).logits).abs().max().item()
+    ours, theirs = target(ids)[0], official(ids).logits
+    err = (ours - theirs).abs().max().item()
     assert err < HF_FLOAT32_TOL, f"exported target's logits differ from ours by {err}"
-    worse = (target(ids)[0] - official(ids).logits * 1.001).abs().max().item()
+    worse = (ours - theirs * 1.001).abs().max().item()
     assert worse > HF_FLOAT32_TOL, "the tolerance cannot tell a 0.1% change of the logits apart: test is too loose"
 
 
