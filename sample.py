@@ -25,7 +25,7 @@ import torch
 import nanodflash
 from nanodflash import hf
 from nanodflash.bench import val_prompts
-from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, threads
+from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, ints_or, threads
 from nanodflash.hf_tokenizer import normalize
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
@@ -35,7 +35,8 @@ OUT = "out"              # folder written by `train_tiny.py --out`
 PROMPT = None            # text to continue; None = a prompt from the corpus' validation split (picked by SEED)
 PROMPT_LEN = 24          # tokens in a validation prompt (prompt + new tokens fit the target's 128-token training window)
 MAX_NEW_TOKENS = 100     # tokens to generate
-BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = the drafter's own
+BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = the drafter's own; "auto" = chosen
+                         # each step from the acceptance so far (nanodflash/block_policy.py)
 TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
 TOP_K = None             # keep only the k most likely tokens (T > 0)
 TOP_P = None             # nucleus sampling (T > 0)
@@ -62,7 +63,8 @@ def parse_args(argv=None):
     a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data "
       "(default: the built-in stdlib corpus)")
     a("--max_new_tokens", type=ints(1, MAX_COUNT), default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
-    a("--block_size", type=ints(1, 256), default=BLOCK_SIZE, help="draft block size B, at most the drafter's (default: the drafter's)")
+    a("--block_size", type=ints_or("auto", 1, 256), default=BLOCK_SIZE, help="draft block size B, at most the "
+      "drafter's, or auto: each step's size from the acceptance so far, smaller when sampling (default: the drafter's)")
     a("--temperature", type=floats(0), default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
     a("--top_k", type=ints(1), default=TOP_K, help="top-k filtering for T > 0 (default: off)")
     a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
@@ -114,7 +116,7 @@ def render(tok, prompt_ids, tokens, kinds, color):
     return "".join(f"{MARK[k][0]}{s}{MARK[k][1]}" for k, s in runs)
 
 
-def histogram(acceptance_lengths, width=40):
+def histogram(acceptance_lengths, width=40):     # (or any list of small positive ints)
     counts = {n: acceptance_lengths.count(n) for n in range(1, max(acceptance_lengths, default=1) + 1)}
     top = max(counts.values()) or 1
     return "\n".join(f"  {n:3d} | {'#' * round(width * c / top):<{width}} {c}" for n, c in counts.items())
@@ -165,6 +167,9 @@ def main(argv=None):
     print(f"target forward passes: {stats.target_forwards} (plain decoding: {len(tokens)})")
     print("acceptance length histogram (tokens emitted per step, bonus included):")
     print(histogram(stats.acceptance_lengths))
+    if args.block_size == "auto":
+        print("block sizes chosen (auto: anchor + drafts per step):")
+        print(histogram(stats.block_sizes))
 
     # speed: same prompt, same process; one warm-up of each, then REPEATS interleaved timed runs
     ref = generate(target, prompt_ids, args.max_new_tokens, generator=torch.Generator().manual_seed(args.seed), **kw)

@@ -10,11 +10,12 @@ after a warm-up. Reported per row:
                  for speculative rows it is (prefill + steps) / tokens, i.e. about 1/tau
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
-Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16", or
-"dflash2 ..." for a DFlash 2 drafter); `prompt lookup k=4/10` (n-gram copying, no model: prompt_lookup.py),
+Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16/auto", or
+"dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup k=4/10` (n-gram copying, no model: prompt_lookup.py),
 always; with the drafters `python -m nanodflash.baselines` trains, "ar k=3/7/15" and "dflash no-features";
 with any other DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then
-T=0.7 top-p 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier.
+T=0.7 top-p 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at
+the drafter's B and at B=auto).
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)

@@ -52,10 +52,11 @@ def dflash_style(extra):
 
 
 def default_methods(drafter, baselines=None, greedy_only=False):
-    """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B); for each extra DFlash-style
+    """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for each extra DFlash-style
     drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when `baselines` has
     "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier; then T=0.7
-    top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier.
+    top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
+    DFlash row at the drafter's B and at B=auto.
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
     greedy and the drafter's greedy rows only."""
@@ -63,7 +64,8 @@ def default_methods(drafter, baselines=None, greedy_only=False):
     if kind in extra:
         raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share names")
     methods = [Method("plain greedy", 0.0, plain_method(0.0))]
-    methods += [Method(f"{kind} greedy B={b}", 0.0, dflash_method(b)) for b in sorted({min(b, B) for b in (4, 8, 16)})]
+    sizes = [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]
+    methods += [Method(f"{kind} greedy B={b}", 0.0, dflash_method(b)) for b in sizes]
     if greedy_only:
         return methods
     for k, d in dflash_style(extra).items():
@@ -79,11 +81,11 @@ def default_methods(drafter, baselines=None, greedy_only=False):
                            dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
-    methods += [Method(f"{kind} T=1 {v} B={B}", 1.0, dflash_method(B, 1.0, v)) for v in ("match", "rejection")]
+    methods += [Method(f"{kind} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v)) for b in (B, "auto")
+                for v in ("match", "rejection")]
     T, p = SAMPLED
     methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
     for k, d in {kind: drafter, **dflash_style(extra)}.items():       # DFlash 2's rejection rows use its selector's q
-        methods += [Method(f"{k} T={T} p={p} {v} B={d.config.block_size}", T,
-                           dflash_method(d.config.block_size, T, v, None if d is drafter else d, p))
-                    for v in ("match", "rejection")]
+        methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, None if d is drafter else d, p))
+                    for b in (d.config.block_size, "auto") for v in ("match", "rejection")]
     return methods

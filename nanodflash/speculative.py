@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .block_policy import AdaptiveBlockSize
 from .sampling import DraftRule, check_sampling_args, next_token, probs_from_logits
 from .verify import greedy_verify, match_verify, rejection_verify
 
@@ -24,6 +25,7 @@ VERIFIERS = ("match", "rejection")
 class SpecStats:
     acceptance_lengths: list = field(default_factory=list)  # tokens emitted per draft+verify step (bonus included)
     accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (the rest: the bonus)
+    block_sizes: list = field(default_factory=list)         # anchor + drafts of each step
     target_forwards: int = 0                                # prefill + one verify per step
     draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
     verify_time: float = 0.0                                # seconds in the target (verify forwards)
@@ -101,10 +103,12 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
                          top_k=None, top_p=None, verifier="match", stop_token_ids=None, generator=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix."""
     prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
-    B = drafter.config.block_size if block_size is None else block_size
-    if int(B) != B or not 1 <= B <= drafter.config.block_size:
-        raise ValueError(f"block_size must be an integer in [1, {drafter.config.block_size}] "
-                         f"(the drafter was trained with block_size={drafter.config.block_size}), got {block_size}")
+    auto = block_size == "auto"                                                 # chosen per step (block_policy.py)
+    B = drafter.config.block_size if block_size is None or auto else block_size
+    if isinstance(B, str) or int(B) != B or not 1 <= B <= drafter.config.block_size:
+        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {drafter.config.block_size}] "
+                         f"(the drafter was trained with block_size={drafter.config.block_size}), got {block_size!r}")
+    sizer = AdaptiveBlockSize(B) if auto else None
     if verifier not in VERIFIERS and not callable(verifier):
         raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
     greedy, ids = temperature == 0, drafter.config.target_layer_ids
@@ -121,8 +125,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     stats.prefill_time = time.perf_counter() - t0
     while len(out) < max_new_tokens and out[-1] not in stops:
         left = max_new_tokens - len(out)                                         # drafts may reach the last
-        anchor, start, b = out[-1], cache.length, min(B, left + 1)              # allowed token (as the official
-        # loop does: same blocks, so the same acceptance lengths); the bonus past the limit is dropped below
+        anchor, start = out[-1], cache.length                                    # allowed token (as the official
+        b = min(sizer.next() if auto else B, left + 1)                           # loop does: same blocks, so the
+        # same acceptance lengths); the bonus past the limit is dropped below
         t0 = time.perf_counter()
         drafts, q = drafter.draft(dcache, anchor, b - 1, choose)                 # b-1 tokens, one drafter pass
         t1 = time.perf_counter()
@@ -136,6 +141,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         t2 = time.perf_counter()                                                 # anchor + new tokens but the last
         drafter.extend(dcache, feats if feats is None else feats[:, : len(new)], block[:, : len(new)])  # -> context
         out += new
+        if auto:
+            sizer.update(b - 1, n_acc)
+        stats.block_sizes.append(b)
         stats.acceptance_lengths.append(len(new))
         stats.accepted_drafts.append(min(n_acc, len(new)))                      # a stop token may cut the bonus off
         stats.target_forwards += 1

@@ -30,10 +30,11 @@ def setup(smoke_out):
 def test_bench_has_one_row_per_method_with_block_sizes_capped_at_the_drafters(setup):
     _, drafter, _, rows = setup
     B, kind = drafter.config.block_size, bench.kind_of(drafter)    # B=8 in smoke mode: 4, 8 (16 capped to 8)
-    expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in sorted({min(b, B) for b in (4, 8, 16)})] + \
+    sampled = [f"{v} B={b}" for b in (B, "auto") for v in ("match", "rejection")]
+    expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]] + \
                ["prompt lookup k=4", "prompt lookup k=10"] + \
-               ["plain T=1", f"{kind} T=1 match B={B}", f"{kind} T=1 rejection B={B}"] + \
-               ["plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 match B={B}", f"{kind} T=0.7 p=0.95 rejection B={B}"]
+               ["plain T=1"] + [f"{kind} T=1 {s}" for s in sampled] + \
+               ["plain T=0.7 p=0.95"] + [f"{kind} T=0.7 p=0.95 {s}" for s in sampled]
     assert list(rows) == expected, f"rows {list(rows)} != {expected}"
 
 
@@ -81,7 +82,8 @@ def test_bench_greedy_rows_agree_with_independent_runs_and_with_plain_decoding(s
             continue
         assert r["matches_plain"] is True, f"{name}: greedy output differed from plain greedy decoding"
         if name.startswith(bench.kind_of(drafter) + " greedy B="):
-            b = int(name.split("B=")[1])
+            b = name.split("B=")[1]
+            b = b if b == "auto" else int(b)
             runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b) for p in prompts]
             assert r["tokens"] == sum(len(t) for t, _ in runs), f"{name}: token count differs from a fresh run"
             assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), f"{name}: step count differs"
@@ -188,13 +190,12 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
     main, other = tiny_drafter(target, block_size=16), tiny_drafter(target, block_size=8)
     main.kind = "dflash2"
     names = [m.name for m in bench.default_methods(main, {"dflash": other})]
-    assert [n for n in names if n.startswith("dflash2")] == ["dflash2 greedy B=4", "dflash2 greedy B=8",
-                                                            "dflash2 greedy B=16", "dflash2 T=1 match B=16",
-                                                            "dflash2 T=1 rejection B=16",
-                                                            "dflash2 T=0.7 p=0.95 match B=16",
-                                                            "dflash2 T=0.7 p=0.95 rejection B=16"], f"main rows: {names}"
-    assert [n for n in names if n.startswith("dflash ")] == ["dflash greedy B=8", "dflash T=0.7 p=0.95 match B=8",
-                                                            "dflash T=0.7 p=0.95 rejection B=8"], \
+    sampled = lambda B: [f"{v} B={b}" for b in (B, "auto") for v in ("match", "rejection")]   # noqa: E731
+    assert [n for n in names if n.startswith("dflash2")] == \
+        ["dflash2 greedy B=4", "dflash2 greedy B=8", "dflash2 greedy B=16", "dflash2 greedy B=auto"] + \
+        [f"dflash2 T=1 {s}" for s in sampled(16)] + [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16)], f"main rows: {names}"
+    assert [n for n in names if n.startswith("dflash ")] == \
+        ["dflash greedy B=8"] + [f"dflash T=0.7 p=0.95 {s}" for s in sampled(8)], \
         f"extra rows: greedy B=8/16 capped at 8, then the sampled rows with each verifier: {names}"
     assert "prompt lookup k=10" in names, "prompt lookup rows need no training: always present"
     with pytest.raises(ValueError, match="main drafter's kind"):

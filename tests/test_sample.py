@@ -86,7 +86,7 @@ def test_sample_refuses_a_drafter_trained_for_another_target(smoke_out, tmp_path
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["--block_size", "99"], "block_size must be an integer in [1, "),
+    (["--block_size", "99"], "block_size must be \"auto\" or an integer in [1, "),
     (["--max_new_tokens", "100000"], "exceeds the target's max_seq_len"),
     (["--prompt", ""], "the prompt is empty"),
 ])

@@ -60,14 +60,17 @@ def chi_square_p_value(counts, exact, n):
     return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
 
 
-def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0):
+def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0, block_size=4, sizes=None):
+    """{output: count} and the acceptance lengths of N_SAMPLES runs; `sizes` (a set) collects the block sizes."""
     g = torch.Generator().manual_seed(seed)
     counts, lengths = {}, []
     for _ in range(N_SAMPLES):
-        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=4, temperature=temperature,
+        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=block_size, temperature=temperature,
                                           top_k=top_k, top_p=top_p, verifier=verifier, generator=g)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         lengths += stats.acceptance_lengths
+        if sizes is not None:
+            sizes.update(stats.block_sizes)
     return counts, lengths
 
 

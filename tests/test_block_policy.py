@@ -1,0 +1,78 @@
+"""block_size="auto" (block_policy.py): the block size follows the acceptance seen so far, and stays lossless.
+
+The rule's model (a step with n drafts emits 1 + alpha + ... + alpha^n tokens on average when each reached
+slot is accepted with probability alpha) is checked against a simulation; its choices against the obvious
+direction (more acceptance or cheaper slots -> longer blocks); and the loop with it against the oracles
+of the other ladders: greedy output identical to greedy decoding, sampled output exactly the target's
+distribution (chi-square against enumeration, as in test_sampling_exact.py), with block sizes that really
+changed during the runs.
+"""
+
+import pytest
+import torch
+
+import nanodflash.speculative as speculative
+from conftest import OracleDrafter, tiny_drafter
+from nanodflash.block_policy import AdaptiveBlockSize
+from nanodflash.speculative import generate, speculative_generate
+from test_sampling_exact import ALPHA, N_SAMPLES, chi_square_p_value, exact_distribution, models, speculative_counts  # noqa: F401
+from test_speculative import PROMPTS, random_prefix
+
+
+@pytest.mark.parametrize("alpha,n", [(0.3, 1), (0.6, 4), (0.9, 9)])
+def test_expected_tokens_per_step_matches_a_simulation_of_the_acceptance_model(alpha, n):
+    g = torch.Generator().manual_seed(0)
+    accepted = (torch.rand(200_000, n, generator=g) < alpha).long().cumprod(1).sum(1)   # drafts kept per step
+    simulated = float((accepted + 1).double().mean())                                   # + the bonus
+    model = AdaptiveBlockSize(16, alpha=alpha).expected_tokens(n)
+    assert abs(simulated - model) < 0.02, f"alpha={alpha}, n={n}: E(n) {model:.3f} but a simulation gives {simulated:.3f}"
+
+
+def test_blocks_grow_with_acceptance_and_shrink_as_slots_cost_more():
+    by_alpha = [AdaptiveBlockSize(16, alpha=a).next() for a in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
+    assert by_alpha == sorted(by_alpha) and by_alpha[0] < by_alpha[-1] == 16, f"block sizes by alpha: {by_alpha}"
+    by_cost = [AdaptiveBlockSize(16, slot_cost=c, alpha=0.7).next() for c in (0.0, 0.01, 0.03, 0.1, 1.0)]
+    assert by_cost == sorted(by_cost, reverse=True) and by_cost[0] == 16 and by_cost[-1] == 2, f"by slot cost: {by_cost}"
+
+
+def test_the_estimate_counts_the_slots_the_verifier_reached():
+    sizer = AdaptiveBlockSize(16)
+    a0 = sizer.alpha
+    sizer.update(n_drafts=5, n_accepted=2)         # d1, d2 accepted, d3 rejected: 3 slots reached, d4, d5 unseen
+    expected = (0.9 * a0 * 4 + 2) / (0.9 * 4 + 3)
+    assert sizer.alpha == pytest.approx(expected), f"after 2 of 3 reached slots accepted: {sizer.alpha} != {expected}"
+    for _ in range(40):
+        sizer.update(n_drafts=3, n_accepted=3)     # everything accepted: alpha -> 1, the whole block
+    assert sizer.alpha > 0.98 and sizer.next() == 16, f"after 40 fully accepted steps: alpha {sizer.alpha:.3f}"
+    for _ in range(40):
+        sizer.update(n_drafts=15, n_accepted=0)    # the first draft always rejected: alpha -> 0, one draft
+    assert sizer.alpha < 0.05 and sizer.next() == 2, f"after 40 rejected steps: alpha {sizer.alpha:.3f}"
+
+
+@pytest.mark.parametrize("kind", ["untrained", "right_for_a_random_prefix"])
+def test_greedy_speculative_with_auto_block_size_equals_greedy_decoding(target, kind):
+    drafter = tiny_drafter(target, block_size=16) if kind == "untrained" else OracleDrafter(target, 16, n_right=random_prefix)
+    sizes = set()
+    for prompt in PROMPTS:
+        out, stats = speculative_generate(target, drafter, prompt, 40, block_size="auto")
+        assert out == generate(target, prompt, 40), f"{kind} drafter, block_size='auto': output diverged from greedy"
+        assert all(a <= b for a, b in zip(stats.acceptance_lengths, stats.block_sizes)), "a step emitted past its block"
+        sizes.update(stats.block_sizes)
+    assert len(sizes) > 2, f"{kind}: the block size never adapted (sizes used: {sorted(sizes)})"
+
+
+@pytest.mark.parametrize("verifier", ["match", "rejection"])
+def test_sampled_output_with_auto_block_size_has_exactly_the_targets_distribution(models, monkeypatch, verifier):
+    target, drafter = models               # B = 4; slots made costly so that 2, 3 and 4 all get used
+    monkeypatch.setattr(speculative, "AdaptiveBlockSize", lambda B: AdaptiveBlockSize(B, slot_cost=0.25))
+    exact, sizes = exact_distribution(target, 1.0, None, 0.9), set()
+    counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes)
+    assert sizes >= {2, 3, 4}, f"{verifier}: the block size did not vary enough to test anything: {sorted(sizes)}"
+    p = chi_square_p_value(counts, exact, N_SAMPLES)
+    assert p > ALPHA, f"{verifier} with block_size='auto': chi-square p={p:.2e} -- not the target's distribution"
+
+
+def test_a_bad_block_size_is_refused_with_a_clear_message(target, drafter):
+    for bad in ("big", 0, 17, 2.5):
+        with pytest.raises(ValueError, match="block_size must be"):
+            speculative_generate(target, drafter, [1, 2], 4, block_size=bad)
