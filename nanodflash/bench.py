@@ -11,9 +11,10 @@ after a warm-up. Reported per row:
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
 Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16/auto", or
-"dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup k=4/10` (n-gram copying, no model: prompt_lookup.py),
-always; with the drafters `python -m nanodflash.baselines` trains, "ar k=3/7/15" and "dflash no-features";
-with any other DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then
+"dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup
+k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.baselines`
+trains, "ar k=3/7/15" and "dflash no-features"; with any other DFlash-style drafter of kind K passed in,
+"K greedy B=8/16"; then T=1 with each verifier; then
 T=0.7 top-p 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at
 the drafter's B and at B=auto).
 After the table:
@@ -44,8 +45,8 @@ import torch
 from .bands import format_bands, tau_by_band
 from .baselines import load_present
 from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_ceiling, format_cost_curve,
-                           format_draft_steps, format_slot_acceptance, format_table, oracle_section, realistic_context,
-                           slot_acceptance, step_costs)
+                           format_draft_steps, format_policy_costs, format_slot_acceptance, format_table, oracle_section,
+                           policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method)
 from .checkpoint import load
@@ -188,8 +189,11 @@ def main(argv=None, extra=None):
 
     # the ceiling, from in-loop costs
     main_row = by_name.get(f"{kind} greedy B={min(16, drafter.config.block_size)}")
+    policy = policy_costs(by_name, kind, min(16, drafter.config.block_size))      # block_policy's constants, here
     if main_row is not None:
         print(format_ceiling(main_row, by_name["plain greedy"]))
+        if policy:
+            print(format_policy_costs(policy))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 
@@ -235,7 +239,8 @@ def main(argv=None, extra=None):
         with open(args.json, "w") as f:
             json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
-                           draft_cost_curve=curve, machine=machine, out=args.out, n_prompts=len(prompts),
+                           draft_cost_curve=curve, policy_costs=policy, machine=machine, out=args.out,
+                           n_prompts=len(prompts),
                            prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:

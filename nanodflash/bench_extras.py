@@ -18,6 +18,7 @@
 
 import torch
 
+from .block_policy import SLOT_COST, STEP_COST
 from .sampling import DraftRule
 from .speculative import generate, speculative_generate
 from .timing import DraftForwardCounter, median_time
@@ -59,6 +60,25 @@ def format_ceiling(row, plain):
             f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + extend), "
             f"t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
             "  on its median prompt: a bound by construction, no run is faster than its own draft + verify time")
+
+
+def policy_costs(by_name, kind, B):
+    """block_policy's two constants as this run measured them in the loop: per-step time (draft + verify) of the
+    greedy rows at B=4 and B, against plain greedy's time per token. None when a row is missing (or B <= 4)."""
+    small, big = (by_name.get(f"{kind} greedy B={b}") for b in (4, B))
+    plain = by_name.get("plain greedy")
+    if B <= 4 or not (small and big and plain):
+        return None
+    per_step = lambda r: (r["draft_s"] + r["verify_s"]) / r["steps"]       # noqa: E731
+    slot = (per_step(big) - per_step(small)) / (B - 4)                      # seconds per extra block slot
+    one_draft = per_step(small) - 2 * slot                                  # a block of 2: anchor + 1 draft
+    return dict(step_cost=one_draft * plain["tokens_per_s"], slot_cost=slot / one_draft)
+
+
+def format_policy_costs(costs):
+    return (f"block_policy (B=auto) costs measured here, in-loop from the greedy rows: a 1-draft step = "
+            f"{costs['step_cost']:.2f} plain steps (STEP_COST {STEP_COST}), one more block slot = "
+            f"{costs['slot_cost']:.3f} of it (SLOT_COST {SLOT_COST})")
 
 
 # ----------------------------------------------------------------------------- step costs

@@ -7,18 +7,22 @@ step that drafts n tokens emits on average
 
     E(n) = 1 + alpha + alpha^2 + ... + alpha^n  tokens,   and costs about   1 + SLOT_COST * n  (a 1-draft step = 1),
 
-and it drafts the n in 1..B-1 that maximises E(n) / cost(n). alpha is the acceptance rate measured so far in
-this generation (accepted drafts / drafts the verifier looked at), recent steps weighing more (DECAY), starting
-from a prior of 0.75. For example, with SLOT_COST 0.03:
+and it drafts the n in 1..B-1 that maximises E(n) / cost(n), or nothing at all (a plain decoding step, block
+size 1) when even that n does not pay: a 1-draft step costs STEP_COST plain steps, so drafting pays only when
+E(n) > STEP_COST * cost(n). alpha is the acceptance rate measured so far in this generation (accepted drafts /
+drafts the verifier looked at), recent steps weighing more (DECAY), starting from a prior of 0.75; plain steps
+measure nothing, so during them the estimate relaxes toward the prior and drafting is retried now and then.
+For example, with the CPU's SLOT_COST 0.03 and STEP_COST 1.6:
 
     >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]     # block = anchor + n drafts
-    [3, 5, 9, 16]
+    [1, 5, 9, 16]
 
 Lossless whatever it picks: the block size of a step depends only on what the run emitted before it, and every
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
 SLOT_COST = 0.03    # cost of one more block slot, as a fraction of a step (CPU, 1 thread: ~0.12 ms of ~3.7 ms)
+STEP_COST = 1.6     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (CPU, 1 thread)
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 
@@ -26,11 +30,12 @@ PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any st
 class AdaptiveBlockSize:
     """Block sizes for one generation: `next()` before each step, `update(n_drafts, n_accepted)` after it."""
 
-    def __init__(self, max_block_size, slot_cost=None, alpha=PRIOR_ALPHA):
+    def __init__(self, max_block_size, slot_cost=None, step_cost=None, alpha=PRIOR_ALPHA):
         if max_block_size < 2:
             raise ValueError(f"an adaptive block needs a drafter with block_size >= 2, got {max_block_size}")
         self.max_block_size = max_block_size
         self.slot_cost = SLOT_COST if slot_cost is None else slot_cost      # the module's, as set at call time
+        self.step_cost = STEP_COST if step_cost is None else step_cost
         self.accepted, self.reached = alpha * PRIOR_WEIGHT, PRIOR_WEIGHT    # decayed counts of draft slots
 
     @property
@@ -42,13 +47,23 @@ class AdaptiveBlockSize:
         """E(n) = 1 + alpha + ... + alpha^n: tokens emitted on average by a step with n drafts (bonus included)."""
         return sum(self.alpha ** i for i in range(n + 1))
 
+    def cost(self, n):
+        """A step with n >= 1 drafts, in plain decoding steps."""
+        return self.step_cost * (1 + self.slot_cost * (n - 1))
+
     def next(self):
-        """The next step's block size: 1 + the number of drafts n maximising E(n) / (1 + slot_cost * n)."""
-        n = max(range(1, self.max_block_size), key=lambda n: self.expected_tokens(n) / (1 + self.slot_cost * n))
-        return n + 1
+        """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
+        that is at most 1, the tokens per plain step."""
+        n = max(range(1, self.max_block_size), key=lambda n: self.expected_tokens(n) / self.cost(n))
+        return n + 1 if self.expected_tokens(n) > self.cost(n) else 1
 
     def update(self, n_drafts, n_accepted):
-        """Count a step's slots: the verifier looked at the accepted drafts and at the first rejected one."""
+        """Count a step's slots: the verifier looked at the accepted drafts and at the first rejected one. A step
+        without drafts moves the counts toward the prior instead."""
+        if n_drafts == 0:
+            self.accepted = DECAY * self.accepted + (1 - DECAY) * PRIOR_ALPHA * PRIOR_WEIGHT
+            self.reached = DECAY * self.reached + (1 - DECAY) * PRIOR_WEIGHT
+            return
         reached = n_drafts if n_accepted >= n_drafts else n_accepted + 1
         self.accepted = DECAY * self.accepted + n_accepted
         self.reached = DECAY * self.reached + reached

@@ -129,7 +129,10 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         b = min(sizer.next() if auto else B, left + 1)                           # loop does: same blocks, so the
         # same acceptance lengths); the bonus past the limit is dropped below
         t0 = time.perf_counter()
-        drafts, q = drafter.draft(dcache, anchor, b - 1, choose)                 # b-1 tokens, one drafter pass
+        if b > 1:
+            drafts, q = drafter.draft(dcache, anchor, b - 1, choose)             # b-1 tokens, one drafter pass
+        else:                                     # no drafts: a plain step (the drafter's context stays queued)
+            drafts, q = torch.zeros(0, dtype=torch.long), None
         t1 = time.perf_counter()
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass
