@@ -13,6 +13,7 @@ from .speculative import generate, speculative_generate
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
 NOT_DFLASH = ("ar", "nofeat")    # extra drafter kinds that are not DFlash-style (no block logits to select from)
 SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
+SAMPLED_B = 4           # the small block size of the sampled rows (next to the drafter's B and "auto")
 
 Method = namedtuple("Method", "name temperature run")
 
@@ -51,12 +52,18 @@ def dflash_style(extra):
     return {k: d for k, d in (extra or {}).items() if k not in NOT_DFLASH}
 
 
+def sampled_sizes(B):
+    """Block sizes of the sampled rows: SAMPLED_B (small blocks pay when most drafts are rejected), the drafter's
+    own B, and "auto" (block_policy.py)."""
+    return [*sorted({min(SAMPLED_B, B), B}), "auto"]
+
+
 def default_methods(drafter, baselines=None, greedy_only=False):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for each extra DFlash-style
     drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when `baselines` has
     "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier; then T=0.7
     top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
-    DFlash row at the drafter's B and at B=auto.
+    DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`).
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
     greedy and the drafter's greedy rows only."""
@@ -81,11 +88,11 @@ def default_methods(drafter, baselines=None, greedy_only=False):
                            dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
-    methods += [Method(f"{kind} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v)) for b in (B, "auto")
+    methods += [Method(f"{kind} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v)) for b in sampled_sizes(B)
                 for v in ("match", "rejection")]
     T, p = SAMPLED
     methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
     for k, d in {kind: drafter, **dflash_style(extra)}.items():       # DFlash 2's rejection rows use its selector's q
         methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, None if d is drafter else d, p))
-                    for b in (d.config.block_size, "auto") for v in ("match", "rejection")]
+                    for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
     return methods

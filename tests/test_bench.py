@@ -11,7 +11,7 @@ import torch
 
 import nanodflash
 from conftest import tiny_drafter, tiny_target
-from nanodflash import bench, bench_extras
+from nanodflash import bench, bench_extras, bench_methods
 from nanodflash.drafter import Drafter
 from nanodflash.prompt_lookup import PromptLookupDrafter
 from nanodflash.speculative import generate, speculative_generate
@@ -30,7 +30,7 @@ def setup(smoke_out):
 def test_bench_has_one_row_per_method_with_block_sizes_capped_at_the_drafters(setup):
     _, drafter, _, rows = setup
     B, kind = drafter.config.block_size, bench.kind_of(drafter)    # B=8 in smoke mode: 4, 8 (16 capped to 8)
-    sampled = [f"{v} B={b}" for b in (B, "auto") for v in ("match", "rejection")]
+    sampled = [f"{v} B={b}" for b in bench_methods.sampled_sizes(B) for v in ("match", "rejection")]
     expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]] + \
                ["prompt lookup k=4", "prompt lookup k=10"] + \
                ["plain T=1"] + [f"{kind} T=1 {s}" for s in sampled] + \
@@ -97,13 +97,14 @@ def test_bench_greedy_rows_agree_with_independent_runs_and_with_plain_decoding(s
 
 def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchmarks_seeds(setup):
     target, drafter, prompts, rows = setup
-    B = drafter.config.block_size
-    for v in ("match", "rejection"):
-        r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 {v} B={B}"]
-        runs = [speculative_generate(target, drafter, p, NEW_TOKENS, temperature=0.7, top_p=0.95, verifier=v,
-                                     generator=torch.Generator().manual_seed(i)) for i, p in enumerate(prompts)]
-        assert r["temperature"] == 0.7 and r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
-            f"{v}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the benchmark's"
+    for b in bench_methods.sampled_sizes(drafter.config.block_size):
+        for v in ("match", "rejection"):
+            r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 {v} B={b}"]
+            runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b, temperature=0.7, top_p=0.95,
+                                         verifier=v, generator=torch.Generator().manual_seed(i))
+                    for i, p in enumerate(prompts)]
+            assert r["temperature"] == 0.7 and r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
+                f"{v} B={b}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the benchmark's"
 
 
 def test_bench_a_new_method_is_one_more_list_entry(setup):
@@ -192,7 +193,7 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
     main, other = tiny_drafter(target, block_size=16), tiny_drafter(target, block_size=8)
     main.kind = "dflash2"
     names = [m.name for m in bench.default_methods(main, {"dflash": other})]
-    sampled = lambda B: [f"{v} B={b}" for b in (B, "auto") for v in ("match", "rejection")]   # noqa: E731
+    sampled = lambda B: [f"{v} B={b}" for b in (4, B, "auto") for v in ("match", "rejection")]   # noqa: E731
     assert [n for n in names if n.startswith("dflash2")] == \
         ["dflash2 greedy B=4", "dflash2 greedy B=8", "dflash2 greedy B=16", "dflash2 greedy B=auto"] + \
         [f"dflash2 T=1 {s}" for s in sampled(16)] + [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16)], f"main rows: {names}"
