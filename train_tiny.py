@@ -39,8 +39,10 @@ TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
 N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96
 LONG_SEQS, LONG_GEN_LEN = 347, 480   # and long ones (16+480 tokens), so the drafter also sees late positions:
                                      # tau past token 240 went 3.25 -> 5.27 with them (issue 19); 0 = none
-GEN_TEMPERATURE = 0.0    # 0 = greedy continuations; >0 samples them (for --temperature users)
-GEN_GREEDY_FRAC = 0.0    # with GEN_TEMPERATURE > 0: this fraction of the sequences is still greedy (a mix)
+GEN_TEMPERATURE = 0.7    # 0 = greedy continuations; >0 samples some of them at this temperature (as users sample)
+GEN_GREEDY_FRAC = 0.5    # with GEN_TEMPERATURE > 0: this fraction of the sequences is still greedy (a mix); the long
+                         # ones are always greedy. Half sampled: T=0.7 rejection tau 1.94 -> 2.14 at B=4, greedy tau
+                         # 4.00 -> 3.91 (issue 16)
 SOFT_WEIGHT = 0.5        # drafter loss: (1-w) * CE(data token) + w * CE(target's distribution) (distill.py);
                          # 0.5 raised sampled tau (T=0.7 rejection 1.88 -> 2.04) at no greedy cost (issue 16)
 GEN_BATCH = 256          # sequences generated in parallel (one KV cache per batch)
@@ -93,9 +95,11 @@ def parse_args(argv=None):
     a("--long_seqs", type=ints(0, MAX_COUNT), default=LONG_SEQS, help="long target-generated sequences for the "
       "drafter, 0 = none (default: %(default)s)")
     a("--long_gen_len", type=ints(1, 4096), default=LONG_GEN_LEN, help="tokens the target generates per long sequence")
-    a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations, >0 = sampled")
+    a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations only, >0 = some "
+      "sampled at this temperature (default: %(default)s)")
     a("--gen_greedy_frac", type=floats(0, 1), default=GEN_GREEDY_FRAC, help="with --gen_temperature > 0: fraction "
-      "of the sequences continued greedily all the same, a greedy/sampled mix (default: %(default)s)")
+      "of the short sequences continued greedily all the same, a greedy/sampled mix; long ones are always greedy "
+      "(default: %(default)s)")
     a("--soft_weight", type=floats(0, 1), default=SOFT_WEIGHT, help="weight of the cross-entropy against the "
       "target's next-token distribution in the drafter loss (the rest: the data token) (default: %(default)s)")
     a("--drafter", default=DRAFTER, choices=sorted(k for k in ckpt.DRAFTER_KINDS if k),
@@ -188,19 +192,24 @@ def main(argv=None):
 
     # 3. target-generated data: continuations of prompts from the train split (short, and long ones) and held-out
     #    ones from the val split; a data.pt made before long sequences existed gets them added
-    parts = {"train": (train_ids, args.n_seqs, args.gen_len, args.seed),
-             "val": (val_ids, max(4, args.n_seqs // 16), args.gen_len, args.seed + 1)}
-    if args.long_seqs:
-        parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3)
-    data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else {"prompt_len": args.prompt_len}
+    parts = {"train": (train_ids, args.n_seqs, args.gen_len, args.seed, args.gen_greedy_frac),
+             "val": (val_ids, max(4, args.n_seqs // 16), args.gen_len, args.seed + 1, args.gen_greedy_frac)}
+    if args.long_seqs:                   # greedy: half-sampled long data cost late greedy tau (5.17 -> 4.63 past
+        parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0)   # token 240)
+    mix = dict(gen_temperature=args.gen_temperature, gen_greedy_frac=args.gen_greedy_frac)
+    data = (ckpt.read(path["data"], "generated data") if os.path.exists(path["data"])
+            else {"prompt_len": args.prompt_len, **mix})
+    made = {k: data.get(k, "unrecorded") for k in mix}
+    if made != mix:
+        print(f"[data] note: {path['data']} was made with {made}, not {mix}; delete it (or --fresh) to regenerate")
     todo = [k for k in parts if k not in data]
     if not todo:
         print(f"[data] found {path['data']}, skipping")
     else:
         t0 = time.perf_counter()
         for k in todo:
-            source, n, gen_len, seed = parts[k]
-            data[k] = generate_mix(target, source, n, args.gen_greedy_frac, seed, dict(
+            source, n, gen_len, seed, greedy_frac = parts[k]
+            data[k] = generate_mix(target, source, n, greedy_frac, seed, dict(
                 prompt_len=args.prompt_len, gen_len=gen_len, temperature=args.gen_temperature, batch_size=args.gen_batch))
         n_tok = sum(data[k].numel() for k in todo)
         print(f"[data] generated {n_tok:,} tokens ({', '.join(todo)}) in {time.perf_counter() - t0:.1f}s -> {path['data']}")

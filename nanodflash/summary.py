@@ -1,10 +1,11 @@
-"""The report at the end of `train_tiny.py`: losses, per-slot accuracy, τ, speedups, and long generations.
+"""The report at the end of `train_tiny.py`: losses, per-slot accuracy, τ, speedups, sampling, long generations.
 
-Every speedup is measured side by side (plain and speculative greedy decoding of the same prompts,
-interleaved, in this process) and every speculative output is checked against plain greedy decoding.
+Every speedup is measured side by side (plain and speculative decoding of the same prompts, interleaved, in
+this process) and every greedy speculative output is checked against plain greedy decoding.
 """
 
 from .bands import format_bands, tau_by_band
+from .bench_methods import SAMPLED, SAMPLED_B
 from .train_drafter import measure_tau, side_by_side, slot_accuracy
 
 
@@ -30,6 +31,12 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
     print(f"greedy speculative == plain greedy on all {len(prompts)} prompts: yes")
     print(f"speedup (block_size={B}, {new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
           f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+    T, top_p = SAMPLED                                                                  # as people sample
+    b = min(SAMPLED_B, B)
+    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, new_tokens, b, temperature=T, top_p=top_p,
+                                        verifier="rejection")
+    print(f"sampling (T={T} top-p {top_p}, rejection verifier, block_size={b}): tau {tau:.2f} | plain {t_plain:.2f}s "
+          f"vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if long_tokens:                                                                     # does the speed hold?
         runs = []
         t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs)
