@@ -49,7 +49,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method)
-from .checkpoint import load
+from .checkpoint import DRAFTER, load, load_drafter
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 from .data import val_prompts
 from .timing import ForwardCounter, sync
@@ -152,6 +152,8 @@ def parse_args(argv=None):
                    "summary)")
     p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy rows, no "
                    "extra sections but the step costs: a quick check, e.g. of long generations (--max_new_tokens 480)")
+    p.add_argument("--drafters", nargs="+", default=[], metavar="DIR", help="more drafters to compare, each DIR's "
+                   "drafter.pt, trained on the same target as --out's (e.g. another recipe): rows named by the folder")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -166,6 +168,11 @@ def main(argv=None, extra=None):
     try:
         tok, target, drafter = load(args.out, args.device)
         extra = {**load_present(args.out, target, args.device, drafter.kind), **(extra or {})}   # baselines, if trained
+        for folder in args.drafters:                       # other recipes on the same target (checked by fingerprint)
+            name = os.path.basename(os.path.normpath(folder))
+            if name in extra or name == kind_of(drafter):
+                raise ValueError(f"--drafters {folder}: its row name {name!r} is taken; rename the folder")
+            extra[name] = load_drafter(os.path.join(folder, DRAFTER), target, args.device)[0]
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         t0 = time.perf_counter()
         extra = {} if args.greedy_only else extra

@@ -5,6 +5,7 @@ import ast
 import json
 import math
 import os
+import shutil
 
 import pytest
 import torch
@@ -287,3 +288,21 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
         "every speculative row should carry τ per band, with steps past token 96"
     assert next(r for r in rows if r["name"] == "plain greedy")["bands"] is None, "plain decoding has no steps"
     assert "at context " in out, "the step costs late in a long generation are missing"
+
+
+def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):
+    _, _, drafter = nanodflash.load(str(smoke_out))
+    other = tmp_path / "recipe_b"
+    other.mkdir()
+    shutil.copy(smoke_out / "drafter.pt", other / "drafter.pt")       # the same drafter, as another recipe's
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--drafters", str(other)])
+    out = capsys.readouterr().out
+    B = drafter.config.block_size
+    for row in (f"recipe_b greedy B={B}", "recipe_b T=0.7 p=0.95 rejection B=4", "recipe_b T=0.7 p=0.95 match B=auto"):
+        assert row in out, f"--drafters: no row {row!r} in\n{out}"
+    taken = tmp_path / bench.kind_of(drafter)
+    taken.mkdir()
+    shutil.copy(smoke_out / "drafter.pt", taken / "drafter.pt")
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--drafters", str(taken)])
+    assert "is taken; rename the folder" in capsys.readouterr().err, "a folder named like the main drafter's kind"
