@@ -38,3 +38,32 @@ def test_short_drafter_training_lowers_the_loss_and_beats_an_untrained_drafter()
     prompts = [s[:4] for s in held_out.tolist()[:6]]
     tau_trained, tau_untrained = measure_tau(drafter, prompts, 30), measure_tau(untrained, prompts, 30)
     assert tau_trained > tau_untrained + 0.3, f"trained tau {tau_trained:.2f} should beat untrained {tau_untrained:.2f}"
+
+
+def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_greedy(smoke_out):
+    import nanodflash
+    from nanodflash.checkpoint import read
+    from nanodflash.speculative import generate
+    _, target, _ = nanodflash.load(str(smoke_out))
+    data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
+    assert (data["gen_temperature"], data["gen_greedy_frac"]) == (0.7, 0.5), "data.pt must record the default mix"
+    for s in data["train_long"][:3].tolist():
+        assert s[P:] == generate(target, s[:P], len(s) - P), "long sequences must be greedy continuations"
+    is_greedy = [s[P:] == generate(target, s[:P], len(s) - P) for s in data["train"].tolist()]
+    half = round(len(is_greedy) * 0.5)                                              # the greedy part comes first
+    assert all(is_greedy[:half]) and sum(is_greedy[half:]) <= 0.2 * half, \
+        f"short sequences: {sum(is_greedy[:half])}/{half} greedy in the greedy part, {sum(is_greedy[half:])} in the rest"
+
+
+def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, capsys):
+    import nanodflash
+    from nanodflash.checkpoint import read
+    from nanodflash.summary import print_summary
+    _, target, drafter = nanodflash.load(str(smoke_out))
+    data = read(str(smoke_out / "data.pt"), "generated data")
+    prompts = [s[:8] for s in data["val"][:3].tolist()]
+    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1)
+    out = capsys.readouterr().out
+    for line in ("greedy speculative == plain greedy on all 3 prompts: yes", "speedup (block_size=8, 24 new tokens)",
+                 "sampling (T=0.7 top-p 0.95, rejection verifier, block_size=4): tau "):
+        assert line in out, f"the summary lacks {line!r}:\n{out}"
