@@ -1,28 +1,31 @@
 """Adaptive block size: draft as many tokens as pay, judged by the acceptance seen so far (block_size="auto").
 
-Every block slot costs a little more drafter and target work per step (on the reference CPU about 3% of a
-step per slot: `SLOT_COST`), and when the target samples most of a 16-token block is rejected anyway. The rule
-models each draft slot as accepted with one probability alpha (given that the slots before it were), so a
-step that drafts n tokens emits on average
+Every block slot costs a little more drafter and target work per step (on the reference CPU about 6% of a
+1-draft step per slot: `SLOT_COST`), and when the target samples most of a 16-token block is rejected anyway.
+The rule models each draft slot as accepted with one probability alpha (given that the slots before it were),
+so a step that drafts n tokens emits on average
 
-    E(n) = 1 + alpha + alpha^2 + ... + alpha^n  tokens,   and costs about   1 + SLOT_COST * n  (a 1-draft step = 1),
+    E(n) = 1 + alpha + ... + alpha^n  tokens,  and costs  cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
 
-and it drafts the n in 1..B-1 that maximises E(n) / cost(n), or nothing at all (a plain decoding step, block
-size 1) when even that n does not pay: a 1-draft step costs STEP_COST plain steps, so drafting pays only when
-E(n) > STEP_COST * cost(n). alpha is the acceptance rate measured so far in this generation (accepted drafts /
-drafts the verifier looked at), recent steps weighing more (DECAY), starting from a prior of 0.75; plain steps
-measure nothing, so during them the estimate relaxes toward the prior and drafting is retried now and then.
-For example, with the CPU's SLOT_COST 0.03 and STEP_COST 1.6:
+plain decoding steps (STEP_COST: a 1-draft step), and it drafts the n in 1..B-1 that maximises E(n) / cost(n), or
+nothing at all (a plain step, block size 1) when even that n does not pay: a step without drafts costs PLAIN_COST
+(the loop still captures features for the drafter), so drafting pays when E(n) / cost(n) > 1 / PLAIN_COST.
+alpha is the acceptance rate measured so far in this generation (accepted drafts / drafts the verifier looked
+at), recent steps weighing more (DECAY), starting from a prior of 0.75; plain steps measure nothing, so during
+them the estimate relaxes toward the prior and drafting is retried now and then.
+For example, with the CPU's costs below:
 
     >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]     # block = anchor + n drafts
-    [1, 5, 9, 16]
+    [1, 4, 7, 13]
 
 Lossless whatever it picks: the block size of a step depends only on what the run emitted before it, and every
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-SLOT_COST = 0.03    # cost of one more block slot, as a fraction of a step (CPU, 1 thread: ~0.12 ms of ~3.7 ms)
+SLOT_COST = 0.06    # one more block slot, as a fraction of a 1-draft step (CPU, 1 thread, sampled steps in the
+                    # loop: B=6 steps cost ~12% more than B=4 ones; greedy steps ~0.03-0.05, `python -m nanodflash.bench`)
 STEP_COST = 1.6     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (CPU, 1 thread)
+PLAIN_COST = 1.1    # a step without drafts inside the speculative loop, in plain decoding steps
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 
@@ -53,9 +56,9 @@ class AdaptiveBlockSize:
 
     def next(self):
         """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
-        that is at most 1, the tokens per plain step."""
+        that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
         n = max(range(1, self.max_block_size), key=lambda n: self.expected_tokens(n) / self.cost(n))
-        return n + 1 if self.expected_tokens(n) > self.cost(n) else 1
+        return n + 1 if self.expected_tokens(n) / self.cost(n) > 1 / PLAIN_COST else 1
 
     def update(self, n_drafts, n_accepted):
         """Count a step's slots: the verifier looked at the accepted drafts and at the first rejected one. A step
