@@ -42,17 +42,19 @@ def test_short_drafter_training_lowers_the_loss_and_beats_an_untrained_drafter()
 
 def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_greedy(smoke_out):
     import nanodflash
+    import train_tiny
     from nanodflash.checkpoint import read
     from nanodflash.speculative import generate
     _, target, _ = nanodflash.load(str(smoke_out))
     data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
-    assert (data["gen_temperature"], data["gen_greedy_frac"]) == (0.7, 0.5), "data.pt must record the default mix"
+    mix = (train_tiny.GEN_TEMPERATURE, train_tiny.GEN_GREEDY_FRAC)
+    assert 0 < mix[1] < 1 and (data["gen_temperature"], data["gen_greedy_frac"]) == mix, "data.pt must record the mix"
     for s in data["train_long"][:3].tolist():
         assert s[P:] == generate(target, s[:P], len(s) - P), "long sequences must be greedy continuations"
     is_greedy = [s[P:] == generate(target, s[:P], len(s) - P) for s in data["train"].tolist()]
-    half = round(len(is_greedy) * 0.5)                                              # the greedy part comes first
-    assert all(is_greedy[:half]) and sum(is_greedy[half:]) <= 0.2 * half, \
-        f"short sequences: {sum(is_greedy[:half])}/{half} greedy in the greedy part, {sum(is_greedy[half:])} in the rest"
+    k = round(len(is_greedy) * mix[1])                                              # the greedy part comes first
+    assert all(is_greedy[:k]) and sum(is_greedy[k:]) <= 0.2 * (len(is_greedy) - k), \
+        f"short sequences: {sum(is_greedy[:k])}/{k} greedy in the greedy part, {sum(is_greedy[k:])} in the rest"
 
 
 def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, capsys):
