@@ -5,6 +5,8 @@
 
 Both return the generated ids only (a list of ints). Greedy speculative output is token-identical to
 greedy `generate`; sampled speculative output has exactly the target's distribution (verify.py).
+block_size: None = the drafter's B; an int <= B; "auto" = chosen each step from the acceptance so far
+(block_policy.py: smaller blocks when sampling, and a plain step when no draft would pay).
 The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else ValueError.
 """
 
