@@ -306,3 +306,15 @@ def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name
     with pytest.raises(SystemExit):
         bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--drafters", str(taken)])
     assert "is taken; rename the folder" in capsys.readouterr().err, "a folder named like the main drafter's kind"
+
+
+def test_policy_costs_recover_the_step_and_slot_costs_the_rows_were_made_with():
+    plain_s, step_s, slot_s = 0.002, 0.0034, 0.0001        # seconds: a plain token, a 1-draft step, one more slot
+    row = lambda b, steps: dict(steps=steps, draft_s=0.3 * steps * (step_s + slot_s * (b - 2)),   # noqa: E731
+                                verify_s=0.7 * steps * (step_s + slot_s * (b - 2)))
+    rows = {"plain greedy": dict(tokens_per_s=1 / plain_s), "dflash2 greedy B=4": row(4, 50),
+            "dflash2 greedy B=16": row(16, 20)}
+    c = bench_extras.policy_costs(rows, "dflash2", 16)
+    assert c["step_cost"] == pytest.approx(step_s / plain_s) and c["slot_cost"] == pytest.approx(slot_s / step_s), \
+        f"policy costs {c} != step {step_s / plain_s:.3f}, slot {slot_s / step_s:.4f}"
+    assert bench_extras.policy_costs(rows, "dflash2", 4) is None, "B <= 4 leaves nothing to measure a slot by"
