@@ -23,7 +23,7 @@ verifier is exact for any number of drafts (each step is a valid speculative ste
 """
 
 SLOT_COST = 0.06    # one more block slot, as a fraction of a 1-draft step (CPU, 1 thread, sampled steps in the
-                    # loop: B=6 steps cost ~12% more than B=4 ones; greedy steps ~0.03-0.05, `python -m nanodflash.bench`)
+                    # loop: B=6 steps cost ~12% more than B=4 ones; greedy ones ~0.03: `python -m nanodflash.bench`)
 STEP_COST = 1.6     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (CPU, 1 thread)
 PLAIN_COST = 1.1    # a step without drafts inside the speculative loop, in plain decoding steps
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
