@@ -61,8 +61,8 @@ def sampled_sizes(B):
 def default_methods(drafter, baselines=None, greedy_only=False):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for
     each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when
-    `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier; then T=0.7
-    top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
+    `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier;
+    then T=0.7 top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
     DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`).
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
