@@ -116,8 +116,9 @@ def render(tok, prompt_ids, tokens, kinds, color):
     return "".join(f"{MARK[k][0]}{s}{MARK[k][1]}" for k, s in runs)
 
 
-def histogram(acceptance_lengths, width=40):     # (or any list of small positive ints)
-    counts = {n: acceptance_lengths.count(n) for n in range(1, max(acceptance_lengths, default=1) + 1)}
+def histogram(values, width=40):
+    """A bar per value 1..max of a list of small positive ints (acceptance lengths, block sizes)."""
+    counts = {n: values.count(n) for n in range(1, max(values, default=1) + 1)}
     top = max(counts.values()) or 1
     return "\n".join(f"  {n:3d} | {'#' * round(width * c / top):<{width}} {c}" for n, c in counts.items())
 

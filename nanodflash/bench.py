@@ -14,9 +14,8 @@ Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash gr
 "dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup
 k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.baselines`
 trains, "ar k=3/7/15" and "dflash no-features"; with any other DFlash-style drafter of kind K passed in,
-"K greedy B=8/16"; then T=1 with each verifier; then
-T=0.7 top-p 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at
-the drafter's B and at B=auto).
+"K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p 0.95 (how people sample): plain, and each
+DFlash-style drafter with each verifier (sampled rows at B=4, the drafter's B and B=auto).
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
@@ -247,8 +246,8 @@ def main(argv=None, extra=None):
             json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
                            draft_cost_curve=curve, policy_costs=policy, machine=machine, out=args.out,
-                           n_prompts=len(prompts),
-                           prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
+                           n_prompts=len(prompts), prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
+                           seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:
         print(f"error: greedy speculative output differs from plain greedy decoding ({', '.join(bad)}): "

@@ -285,4 +285,3 @@ def weighted_cross_entropy(logits, labels, weights, keep=None):
     logits (..., B, C), labels (..., B), weights (B,)."""
     ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
     return slot_mean(ce, weights, keep)
-

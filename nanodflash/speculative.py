@@ -133,8 +133,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         t0 = time.perf_counter()
         if b > 1:
             drafts, q = drafter.draft(dcache, anchor, b - 1, choose)             # b-1 tokens, one drafter pass
-        else:                                     # no drafts: a plain step (the drafter's context stays queued)
-            drafts, q = torch.zeros(0, dtype=torch.long), None
+        else:                           # no drafts: a plain step, no drafter pass (its context stays queued)
+            drafts, q = choose(torch.zeros(0, target.config.vocab_size))        # what a 0-draft pass returns
         t1 = time.perf_counter()
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass

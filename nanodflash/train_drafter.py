@@ -86,6 +86,12 @@ def target_features(target, seqs, layer_ids, batch_size=64, soft=False):
     return (torch.cat(feats), (torch.cat(probs), torch.cat(ids))) if soft else torch.cat(feats)
 
 
+def _features_and_soft(target, seqs, layer_ids, soft):
+    """(features, soft targets) of seqs; soft targets None unless `soft`."""
+    out = target_features(target, seqs, layer_ids, soft=soft)
+    return out if soft else (out, None)
+
+
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
                   seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None,
                   soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0):
@@ -120,8 +126,7 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
     for p in parts:
         p["feats"], p["soft"] = None, None
         if n_bytes < precompute_limit:
-            both = target_features(target, p["seqs"], c.target_layer_ids, soft=use_soft)
-            p["feats"], p["soft"] = both if use_soft else (both, None)
+            p["feats"], p["soft"] = _features_and_soft(target, p["seqs"], c.target_layer_ids, use_soft)
             p["feats"] = p["feats"].cpu()
     drafter.train()
     with state.deferring_ctrl_c():
@@ -135,8 +140,7 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
                 if p["feats"] is not None:
                     feats, soft = p["feats"][rows].to(device), p["soft"] and tuple(t[rows].to(device) for t in p["soft"])
                 else:                                                          # one target forward per step
-                    both = target_features(target, x, c.target_layer_ids, soft=use_soft)
-                    feats, soft = both if use_soft else (both, None)
+                    feats, soft = _features_and_soft(target, x, c.target_layer_ids, use_soft)
                 anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, min_anchor, g).to(device)
                 part_loss, out = drafter.loss(feats, x, anchors, weights, soft=soft, soft_weight=soft_weight)
                 share = p["n"] * p["k"] / blocks                               # this part's share of the blocks
@@ -211,8 +215,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size, runs=None, te
     with seed i; the speculative side with `verifier`), and the outputs, samples, are not compared."""
     t_plain = t_spec = 0.0
     emitted = steps = 0
+    kw = dict(temperature=temperature, top_p=top_p)
     for i, p in enumerate(prompts):
-        kw = dict(temperature=temperature, top_p=top_p)
         t0 = time.perf_counter()
         ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
         t1 = time.perf_counter()

@@ -52,8 +52,6 @@ def residual_distribution(p, q):
 def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
     """draft_tokens (n,) drawn from draft_probs (n, V); target_probs (n+1, V) -> (n_accepted, next_token)."""
     n = draft_tokens.numel()
-    if n == 0:                                                         # no drafts (and maybe no q): the target's
-        return 0, int(sample(target_probs[0], generator))              # own sample
     u = torch.rand(n, generator=generator, dtype=torch.float64)         # one uniform per draft
     idx = torch.arange(n)
     p_d, q_d = target_probs[idx, draft_tokens], draft_probs[idx, draft_tokens]  # (n,), (n,)
