@@ -118,7 +118,7 @@ class CandidateSelector(nn.Module):
         """Choose one candidate per slot, left to right. rule: a sampling.DraftRule (or any callable: greedy).
 
         Greedy (T = 0, or drafts that are not sampled): the argmax after the chosen predecessor, q = None.
-        Sampling (the rejection verifier): draw from q_t = transform(scores after the drawn predecessor),
+        Sampling (the rejection verifier): draw from q_t = softmax(scores after the drawn predecessor / T),
         and return q_t scattered into the vocabulary (zero outside C_t). Returns (tokens (n,), q (n, V) or None).
         """
         cand, table = cand.cpu(), table.detach().cpu()
@@ -131,7 +131,7 @@ class CandidateSelector(nn.Module):
                 i = int(rows[t, i].argmax())
                 path.append(i)
             return cand[torch.arange(n), torch.tensor(path, dtype=torch.long)], None
-        probs = probs_from_logits(table, temperature, rule.top_k, rule.top_p)     # (n, K, K) float64
+        probs = probs_from_logits(table, temperature)                             # (n, K, K) float64
         cdf = probs.cumsum(-1).numpy()
         u = torch.rand(n, generator=rule.generator, dtype=torch.float64).numpy()  # one uniform per slot
         path, i = [], 0

@@ -89,7 +89,10 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
 
 
 def _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
-    """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable."""
+    """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable. With no drafts
+    every rule reduces to a plain decoding step: the next token of the target's first row."""
+    if drafts.numel() == 0:
+        return 0, int(next_token(target_logits[0], temperature, top_k, top_p, generator))
     if temperature == 0:
         return greedy_verify(drafts, target_logits)
     p = probs_from_logits(target_logits, temperature, top_k, top_p)          # (b, V) the target's distributions
@@ -117,7 +120,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     # drafts are the drafter's argmax, except for rejection sampling (a custom verifier callable may
     # ask for sampled drafts with an attribute `samples_drafts = True`)
     sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and not greedy
-    choose = DraftRule(temperature, top_k, top_p, sample_drafts, generator)
+    choose = DraftRule(temperature, sample_drafts, generator)
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
     stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
@@ -134,7 +137,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         if b > 1:
             drafts, q = drafter.draft(dcache, anchor, b - 1, choose)             # b-1 tokens, one drafter pass
         else:                           # no drafts: a plain step, no drafter pass (its context stays queued)
-            drafts, q = choose(torch.zeros(0, target.config.vocab_size))        # what a 0-draft pass returns
+            drafts, q = torch.zeros(0, dtype=torch.long), None
         t1 = time.perf_counter()
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass

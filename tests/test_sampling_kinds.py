@@ -1,5 +1,6 @@
 """Ladder 6 for every drafter kind that can sample: sampled speculative output has exactly the target's
-distribution with DFlash 2's selector q (top-k and top-p applied to its candidate scores), the AR feature
+distribution with DFlash 2's selector q (softmax of its candidate scores at T; top-k and top-p on the target's
+side), the AR feature
 drafter (q of each token depends on the drawn token before it), the no-feature drafter and prompt lookup;
 DFlash itself, under both verifiers, is covered in test_sampling_exact.py. Same chi-square test against
 enumeration (p > 1e-4 required), same negative controls there and in test_dflash2.py.
@@ -40,7 +41,7 @@ def make(kind, target):
     if kind == "nofeat":
         torch.manual_seed(12)
         return soft(NoFeatureDrafter(base.config, target).double().eval())
-    return PromptLookupDrafter(target, n_draft=3, max_ngram=1)      # copies: q = transform(one-hot logits)
+    return PromptLookupDrafter(target, n_draft=3, max_ngram=1)      # copies: q = softmax(one-hot logits / T)
 
 
 # rejection is where q matters: the selector's q with top-k, top-p and both; one setting per other kind.
@@ -65,7 +66,7 @@ def test_sampled_output_has_exactly_the_targets_distribution_for_every_drafter_k
                        "not the target's distribution")
 
 
-def test_ignoring_the_selectors_top_k_and_top_p_q_fails_the_same_test(target):
+def test_a_wrong_selector_q_fails_the_same_test_with_top_k_and_top_p_on(target):
     """Negative control with top-k and top-p on: the rejection rule fed a uniform q over the candidates."""
     drafter = make(SELECTOR, target)
     exact = exact_distribution(target, 1.0, 2, 0.9)
