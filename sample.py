@@ -1,11 +1,12 @@
 """Sample with DFlash and see which tokens the drafter got right; compare with plain decoding.
 
     python sample.py                                   # out/, a validation prompt, greedy
-    python sample.py --prompt "    def __init__(self" --temperature 0.8 --verifier rejection
+    python sample.py --prompt "    def __init__(self" --temperature 0.7 --top_p 0.95 --verifier rejection --block_size auto
     python sample.py --out out_smoke --no-color
     python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.hf export)
 
-Every draft/verify step emits the drafter's accepted tokens, then one token from the target (the
+Sampling (--temperature > 0) drafts with out/drafter_sampling.pt when the run made one (the drafter
+fine-tuned on sampled continuations), else with out/drafter.pt. Every draft/verify step emits the drafter's accepted tokens, then one token from the target (the
 "bonus": the target's own choice at the first disagreement, or after the last draft). The first
 generated token comes from the target's prefill. The continuation is printed with that origin shown:
 in colour on a terminal, else with bracket markers, [accepted draft tokens] {target token}.
@@ -25,6 +26,7 @@ import torch
 import nanodflash
 from nanodflash import hf
 from nanodflash.bench import val_prompts
+from nanodflash.checkpoint import DRAFTER, sampling_drafter_path
 from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, ints_or, threads
 from nanodflash.hf_tokenizer import normalize
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
@@ -140,8 +142,8 @@ def main(argv=None):
         if args.hf:
             tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))
             kw["stop_token_ids"] = spec_kw["stop_token_ids"] = hf.eos_token_ids(args.hf[0])
-        else:
-            tok, target, drafter = nanodflash.load(args.out, args.device)
+        else:                           # T > 0: drafter_sampling.pt, where the run made one (train_tiny.py)
+            tok, target, drafter = nanodflash.load(args.out, args.device, sampling=args.temperature > 0)
         if args.prompt is None:
             prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, args.data)[0]
         else:
@@ -153,7 +155,9 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     B = args.block_size or drafter.config.block_size
     n_params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
-    print(f"nanodflash sample: {' + '.join(args.hf) if args.hf else args.out} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
+    source = " + ".join(args.hf) if args.hf else os.path.join(args.out, os.path.basename(
+        sampling_drafter_path(args.out) if args.temperature > 0 else DRAFTER))
+    print(f"nanodflash sample: {source} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
           f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")
     legend = [("prompt", "prompt"), ("draft", "accepted draft tokens"), ("target", "target tokens (prefill / bonus)")]

@@ -15,13 +15,15 @@ Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash gr
 k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.baselines`
 trains, "ar k=3/7/15" and "dflash no-features"; with any other DFlash-style drafter of kind K passed in,
 "K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p 0.95 (how people sample): plain, and each
-DFlash-style drafter with each verifier (sampled rows at B=4, the drafter's B and B=auto).
+DFlash-style drafter with each verifier (sampled rows at B=4, the drafter's B and B=auto). When the run made a
+sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows follow the main drafter's ("dflash2-sampling ...").
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
     step costs   one draft, one verify and one plain step timed in isolation (median of many calls), and
                  one draft step per DFlash-style drafter (e.g. "dflash2 draft step +2% vs dflash")
-    slots        per draft slot of the main drafter's T=0.7 rejection row: sum min(p, q) = 1 - TV and acceptance
+    slots        per draft slot of the T=0.7 rejection rows (main drafter, and the sampling drafter if any):
+                 sum min(p, q) = 1 - TV and acceptance
     oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
                  would reach (bench_extras.py): how much a better choice of token could still gain
     draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
@@ -48,7 +50,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method)
-from .checkpoint import DRAFTER, load, load_drafter
+from .checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 from .data import val_prompts
 from .timing import ForwardCounter, sync
@@ -172,10 +174,13 @@ def main(argv=None, extra=None):
             if name in extra or name == kind_of(drafter):
                 raise ValueError(f"--drafters {folder}: its row name {name!r} is taken; rename the folder")
             extra[name] = load_drafter(os.path.join(folder, DRAFTER), target, args.device)[0]
+        sampling_path = os.path.join(args.out, SAMPLING_DRAFTER)
+        sampler = (load_drafter(sampling_path, target, args.device)[0]
+                   if os.path.exists(sampling_path) and not args.greedy_only else None)
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         t0 = time.perf_counter()
         extra = {} if args.greedy_only else extra
-        methods = default_methods(drafter, extra, greedy_only=args.greedy_only)
+        methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler)
         rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -208,8 +213,10 @@ def main(argv=None, extra=None):
     if not args.greedy_only:
         # sampling: where the main drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
         T, p = SAMPLED
-        acceptance = slot_acceptance(target, drafter, prompts, args.max_new_tokens, T, p, args.seed)
-        print("\n" + format_slot_acceptance(acceptance, f"{kind} T={T} p={p} rejection"))
+        acceptance = {}
+        for name, d in {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}.items():
+            acceptance[name] = slot_acceptance(target, d, prompts, args.max_new_tokens, T, p, args.seed)
+            print("\n" + format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
         text, oracles = oracle_section(target, family, prompts, args.max_new_tokens, by_name, ORACLE_TOP_K)
         print("\n" + text)

@@ -58,12 +58,13 @@ def sampled_sizes(B):
     return [*sorted({min(SAMPLED_B, B), B}), "auto"]
 
 
-def default_methods(drafter, baselines=None, greedy_only=False):
+def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for
     each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when
     `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier;
     then T=0.7 top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
-    DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`).
+    DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`). `sampler` (the run's drafter_sampling.pt) gets
+    the main drafter's T=1 and T=0.7 rows too, named "K-sampling ...".
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
     greedy and the drafter's greedy rows only."""
@@ -87,12 +88,14 @@ def default_methods(drafter, baselines=None, greedy_only=False):
         methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
                            dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
+    samplers = {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
-    methods += [Method(f"{kind} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v)) for b in sampled_sizes(B)
-                for v in ("match", "rejection")]
+    for k, d in samplers.items():
+        methods += [Method(f"{k} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v, None if d is drafter else d))
+                    for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
     T, p = SAMPLED
     methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
-    for k, d in {kind: drafter, **dflash_style(extra)}.items():       # DFlash 2's rejection rows use its selector's q
+    for k, d in {**samplers, **dflash_style(extra)}.items():          # DFlash 2's rejection rows use its selector's q
         methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, None if d is drafter else d, p))
                     for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
     return methods

@@ -5,6 +5,7 @@ An output folder written by `train_tiny.py --out DIR` holds:
     target.pt       {"config", "model", "tokenizer", "history"}
     data.pt         target-generated sequences the drafter trains on
     drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind "dflash" or "dflash2"
+    drafter_sampling.pt   the same kind of file: drafter.pt fine-tuned on sampled continuations, for sampling
 While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
 stage checkpoint deletes it.
 """
@@ -20,6 +21,7 @@ from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
+SAMPLING_DRAFTER = "drafter_sampling.pt"
 FEATURES = "hf"     # drafter.pt records the feature convention: "hf" = the last target layer's output is normed
 DRAFTER_KINDS = {"dflash": Drafter, None: Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
                                                                                  # (None: written before kinds)
@@ -107,12 +109,19 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     return drafter.to(device).eval(), ck
 
 
-def load(out_dir="out", device="cpu"):
-    """tok, target, drafter = nanodflash.load(out_dir): what train_tiny.py --out DIR wrote."""
+def sampling_drafter_path(out_dir):
+    """out_dir's drafter_sampling.pt if the run made one, else its drafter.pt: the drafter to sample with."""
+    path = os.path.join(out_dir, SAMPLING_DRAFTER)
+    return path if os.path.exists(path) else os.path.join(out_dir, DRAFTER)
+
+
+def load(out_dir="out", device="cpu", sampling=False):
+    """tok, target, drafter = nanodflash.load(out_dir): what train_tiny.py --out DIR wrote. sampling=True: the
+    drafter to sample with (temperature > 0), drafter_sampling.pt where the run made one."""
     tok = load_tokenizer(os.path.join(out_dir, TOKENIZER))
     target, _ = load_target(os.path.join(out_dir, TARGET), device)
     if tok.n_vocab != target.config.vocab_size:
         raise ValueError(f"tokenizer in {out_dir} has {tok.n_vocab} tokens but the target expects "
                          f"{target.config.vocab_size}; the folder mixes runs, rerun train_tiny.py --fresh")
-    drafter, _ = load_drafter(os.path.join(out_dir, DRAFTER), target, device)
+    drafter, _ = load_drafter(sampling_drafter_path(out_dir) if sampling else os.path.join(out_dir, DRAFTER), target, device)
     return tok, target, drafter

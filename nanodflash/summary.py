@@ -10,8 +10,9 @@ from .train_drafter import measure_tau, side_by_side, slot_accuracy
 
 
 def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist, draft_hist,
-                  threads):
-    """Print the summary; `long_tokens` > 0 adds τ by position band and the speedup at that many new tokens."""
+                  threads, sampler=None):
+    """Print the summary; `long_tokens` > 0 adds τ by position band and the speedup at that many new tokens.
+    `sampler`: the sampling drafter (drafter_sampling.pt), which the sampled lines use when given."""
     print(f"\n=== summary (decoding with {threads} thread) ===")
     if target_hist.get("val_loss"):
         print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
@@ -32,11 +33,12 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
     print(f"speedup (block_size={B}, {new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
           f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     T, top_p = SAMPLED                                                                  # as people sample
-    b = min(SAMPLED_B, B)
-    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, new_tokens, b, temperature=T, top_p=top_p,
-                                        verifier="rejection")
-    print(f"sampling (T={T} top-p {top_p}, rejection verifier, block_size={b}): tau {tau:.2f} | plain {t_plain:.2f}s "
-          f"vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+    who = "the sampling drafter" if sampler is not None else "the drafter"
+    for b in (min(SAMPLED_B, B), "auto"):
+        t_plain, t_spec, tau = side_by_side(target, sampler or drafter, prompts, new_tokens, b, temperature=T,
+                                            top_p=top_p, verifier="rejection")
+        print(f"sampling (T={T} top-p {top_p}, rejection verifier, {who}, block_size={b}): tau {tau:.2f} | "
+              f"plain {t_plain:.2f}s vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if long_tokens:                                                                     # does the speed hold?
         runs = []
         t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs)

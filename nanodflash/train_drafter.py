@@ -94,12 +94,13 @@ def _features_and_soft(target, seqs, layer_ids, soft):
 
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
                   seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None,
-                  soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0):
+                  soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0, log_name="drafter"):
     """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict.
     `resume`: path of a resume file (resume.py), continued from if it exists. soft_weight > 0 mixes in the
     cross-entropy against the target's next-token distribution (distill.py), with that weight.
     `long_seqs` (N', S' > S): longer sequences, of which each step also draws long_batch x long_anchors blocks,
-    so that the drafter sees late positions too; the loss is the mean over all the step's blocks."""
+    so that the drafter sees late positions too; the loss is the mean over all the step's blocks. `log_name`
+    prefixes the progress lines (e.g. "sampling drafter": train_tiny.py fine-tunes a copy of a trained drafter)."""
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
     target.requires_grad_(False)
@@ -116,9 +117,9 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
                     gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
                     **({"soft_weight": soft_weight} if soft_weight else {}),   # old resume files stay valid
                     **({"long": [data_hash(long_seqs), long_batch, long_anchors]} if len(parts) > 1 else {}))
-    state = Resume(resume, "drafter", settings, model=drafter, optimizer=opt, data_order=g, history=history)
+    state = Resume(resume, log_name, settings, model=drafter, optimizer=opt, data_order=g, history=history)
     first = state.restore(steps)
-    progress = Progress("drafter", steps, log_every, start=first)
+    progress = Progress(log_name, steps, log_every, start=first)
     # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
     # (when they fit in memory) instead of once per step.
     use_soft = soft_weight > 0

@@ -141,6 +141,8 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
                    "prompt lookup k=10", "vs the best prompt lookup setting (prompt lookup k=",
                    "plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 rejection B=", f"{other} T=0.7 p=0.95 rejection B=",
                    f"per-slot acceptance of '{kind} T=0.7 p=0.95 rejection'", "  sum min(p, q) ",
+                   f"{kind}-sampling T=1 rejection B=", f"{kind}-sampling T=0.7 p=0.95 rejection B=auto",
+                   f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'",
                    "block_policy (B=auto) costs measured here"):
         assert needed in out, f"output lacks {needed!r}:\n{out}"
     data = json.loads(path.read_text())
@@ -148,7 +150,8 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     assert set(data["oracle_selector"]) == {f"{kind} greedy B={B}", f"{other} greedy B={B}"}, data["oracle_selector"]
     assert set(data["draft_step_s"]) == {kind, other}, f"draft step costs: {data['draft_step_s']}"
     assert data["policy_costs"]["step_cost"] > 0, f"block policy costs: {data['policy_costs']}"
-    slots = data["slot_acceptance"]
+    assert set(data["slot_acceptance"]) == {kind, f"{kind}-sampling"}, "slot acceptance of both sampling drafters"
+    slots = data["slot_acceptance"][f"{kind}-sampling"]
     assert slots["reached"][0] > 0 and all(0 <= x <= 1 for x in slots["overlap"] + slots["accepted"]), \
         f"per-slot acceptance is not a set of rates: {slots}"
     main_row = next(r for r in data["rows"] if r["name"] == f"{kind} greedy B={B}")

@@ -85,6 +85,21 @@ def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_s
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
 
 
+def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch, capsys):
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"])
+    monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)
+    interrupt(monkeypatch, "sampling drafter", 12, "kill")
+    with pytest.raises(Killed):
+        train_tiny.main(["--smoke", "--out", str(out)])
+    assert (out / "drafter_sampling.pt.resume").exists() and not (out / "drafter_sampling.pt").exists(), \
+        "a kill inside the sampling drafter stage should leave its resume file, and no drafter_sampling.pt"
+    monkeypatch.setattr(resume, "on_step", None)
+    train_tiny.main(["--smoke", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "resuming sampling drafter at step 11 of 20" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
+    assert_same_as_uninterrupted(out, smoke_out, files=("drafter_sampling.pt",))
+
+
 def test_a_resume_file_from_other_settings_is_refused_naming_the_difference_and_fresh_starts_over(
         smoke_out, tmp_path, monkeypatch, capsys):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])

@@ -64,8 +64,42 @@ def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, ca
     _, target, drafter = nanodflash.load(str(smoke_out))
     data = read(str(smoke_out / "data.pt"), "generated data")
     prompts = [s[:8] for s in data["val"][:3].tolist()]
-    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1)
-    out = capsys.readouterr().out
-    for line in ("greedy speculative == plain greedy on all 3 prompts: yes", "speedup (block_size=8, 24 new tokens)",
-                 "sampling (T=0.7 top-p 0.95, rejection verifier, block_size=4): tau "):
-        assert line in out, f"the summary lacks {line!r}:\n{out}"
+    _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
+    for who, extra in (("the drafter", ()), ("the sampling drafter", (sampler,))):
+        print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1, *extra)
+        out = capsys.readouterr().out
+        for line in ("greedy speculative == plain greedy on all 3 prompts: yes", "speedup (block_size=8, 24 new tokens)",
+                     f"sampling (T=0.7 top-p 0.95, rejection verifier, {who}, block_size=4): tau ",
+                     f"sampling (T=0.7 top-p 0.95, rejection verifier, {who}, block_size=auto): tau "):
+            assert line in out, f"the summary lacks {line!r}:\n{out}"
+
+
+def test_the_sampling_drafter_is_the_drafter_fine_tuned_on_sampled_continuations(smoke_out):
+    import nanodflash
+    import train_tiny
+    from nanodflash.checkpoint import read
+    from nanodflash.speculative import generate
+    _, target, drafter = nanodflash.load(str(smoke_out))
+    _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
+    assert (smoke_out / "drafter_sampling.pt").exists(), "the default run must write drafter_sampling.pt"
+    assert sampler.kind == drafter.kind and sampler.config == drafter.config, "a copy of the drafter, same config"
+    changed = [k for k, v in drafter.state_dict().items() if not torch.equal(v, sampler.state_dict()[k])]
+    assert changed, "the sampling drafter's weights must differ from the drafter's (it was fine-tuned)"
+    hist = read(str(smoke_out / "drafter_sampling.pt"), "sampling drafter")["history"]
+    assert len(hist["loss"]) == train_tiny.SMOKE["sampling_steps"], f"{len(hist['loss'])} fine-tuning steps"
+    data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
+    sampled = data["train_sampled"]
+    assert len(sampled) == train_tiny.SMOKE["sampling_seqs"], "the sampling drafter's data: --sampling_seqs sequences"
+    greedy = sum(s[P:] == generate(target, s[:P], len(s) - P) for s in sampled.tolist())
+    assert greedy <= 0.2 * len(sampled), f"its data must be sampled continuations, {greedy}/{len(sampled)} are greedy"
+
+
+def test_without_a_sampling_drafter_sampling_loads_the_drafter(smoke_out, tmp_path):
+    import shutil
+    import nanodflash
+    for f in ("tokenizer.bpe", "target.pt", "drafter.pt"):
+        shutil.copy(smoke_out / f, tmp_path / f)
+    _, _, drafter = nanodflash.load(str(smoke_out))
+    _, _, fallback = nanodflash.load(str(tmp_path), sampling=True)
+    assert all(torch.equal(v, fallback.state_dict()[k]) for k, v in drafter.state_dict().items()), \
+        "with no drafter_sampling.pt, load(sampling=True) must give drafter.pt"
