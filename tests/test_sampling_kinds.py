@@ -12,7 +12,7 @@ import torch
 from conftest import tiny_drafter, tiny_target
 from nanodflash.baselines import ARDrafter, NoFeatureDrafter
 from nanodflash.prompt_lookup import PromptLookupDrafter
-from test_dflash2 import tiny_dflash2, uniform_over_candidates
+from test_dflash2 import tiny_dflash2, uniform_q
 from test_sampling_exact import ALPHA, V, chi_square_p_value, exact_distribution, speculative_counts
 
 
@@ -67,9 +67,9 @@ def test_sampled_output_has_exactly_the_targets_distribution_for_every_drafter_k
 
 
 def test_a_wrong_selector_q_fails_the_same_test_with_top_k_and_top_p_on(target):
-    """Negative control with top-k and top-p on: the rejection rule fed a uniform q over the candidates."""
+    """Negative control with top-k and top-p on: the rejection rule fed a uniform q."""
     drafter = make(SELECTOR, target)
     exact = exact_distribution(target, 1.0, 2, 0.9)
-    counts, _ = speculative_counts(target, drafter, uniform_over_candidates, 1.0, 2, 0.9)
+    counts, _ = speculative_counts(target, drafter, uniform_q, 1.0, 2, 0.9)
     p = chi_square_p_value(counts, exact, sum(counts.values()))
     assert p < ALPHA, f"the test cannot tell a wrong q from the selector's (p={p:.2e}): it has no power here"
