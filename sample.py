@@ -1,7 +1,7 @@
 """Sample with DFlash and see which tokens the drafter got right; compare with plain decoding.
 
     python sample.py                                   # out/, a validation prompt, greedy
-    python sample.py --prompt "    def __init__(self" --temperature 0.7 --top_p 0.95 --verifier rejection --block_size auto
+    python sample.py --prompt "    def __init__(self" --temperature 0.7 --top_p 0.95
     python sample.py --out out_smoke --no-color
     python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.hf export)
 
@@ -37,12 +37,13 @@ OUT = "out"              # folder written by `train_tiny.py --out`
 PROMPT = None            # text to continue; None = a prompt from the corpus' validation split (picked by SEED)
 PROMPT_LEN = 24          # tokens in a validation prompt (prompt + new tokens fit the target's 128-token training window)
 MAX_NEW_TOKENS = 100     # tokens to generate
-BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = the drafter's own; "auto" = chosen
+BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = the drafter's own when greedy, "auto"
+                         # when sampling (small blocks pay when many drafts are rejected); "auto" = chosen
                          # each step from the acceptance so far (nanodflash/block_policy.py)
 TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
 TOP_K = None             # keep only the k most likely tokens (T > 0)
 TOP_P = None             # nucleus sampling (T > 0)
-VERIFIER = "match"       # T > 0: "match" (official DFlash) or "rejection" (Leviathan et al.)
+VERIFIER = "rejection"   # T > 0: "rejection" (Leviathan et al.; faster here) or "match" (the official DFlash rule)
 SEED = 1337
 DEVICE = "cpu"
 THREADS = 1              # torch CPU threads: batch-1 decoding of tiny models is faster on one
@@ -66,7 +67,8 @@ def parse_args(argv=None):
       "(default: the built-in stdlib corpus)")
     a("--max_new_tokens", type=ints(1, MAX_COUNT), default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
     a("--block_size", type=ints_or("auto", 1, 256), default=BLOCK_SIZE, help="draft block size B, at most the "
-      "drafter's, or auto: each step's size from the acceptance so far, smaller when sampling (default: the drafter's)")
+      "drafter's, or auto: each step's size from the acceptance so far, smaller when sampling (default: the drafter's "
+      "when greedy, auto when sampling)")
     a("--temperature", type=floats(0), default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
     a("--top_k", type=ints(1), default=TOP_K, help="top-k filtering for T > 0 (default: off)")
     a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
@@ -137,6 +139,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     color = sys.stdout.isatty() and not args.no_color and "NO_COLOR" not in os.environ
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    if args.block_size is None and args.temperature > 0:
+        args.block_size = "auto"
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
     try:
         if args.hf:

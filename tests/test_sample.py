@@ -47,6 +47,17 @@ def test_sample_runs_sampled_mode_with_the_rejection_verifier(smoke_out):
     assert "self-check" not in r.stdout, "a token-by-token check makes no sense at T>0 and must not run"
 
 
+def test_sampling_by_default_drafts_with_the_sampling_drafter_rejection_and_auto_blocks(smoke_out):
+    r = run_sample("--out", smoke_out, "--max_new_tokens", 20, "--temperature", 0.7, "--top_p", 0.95)
+    assert r.returncode == 0, f"sample.py at T=0.7 failed:\n{r.stderr}"
+    header = r.stdout.splitlines()[0]
+    for part in ("drafter_sampling.pt", "block_size auto", "(rejection verifier)"):
+        assert part in header, f"sampling should default to {part!r}; the header says: {header}"
+    assert "block sizes chosen (auto" in r.stdout, f"auto blocks print the sizes they chose:\n{r.stdout}"
+    greedy = run_sample("--out", smoke_out, "--max_new_tokens", 20).stdout.splitlines()[0]
+    assert "drafter.pt" in greedy and "block_size 8" in greedy, f"greedy keeps drafter.pt and its B: {greedy}"
+
+
 def test_origins_split_each_step_into_accepted_drafts_then_one_target_token():
     assert sample.origins(1, []) == ["target"], "the prefill token comes from the target"
     assert sample.origins(6, [1, 4]) == ["target", "target", "draft", "draft", "draft", "target"], \
