@@ -57,8 +57,12 @@ class AdaptiveBlockSize:
     def next(self):
         """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
         that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
-        n = max(range(1, self.max_block_size), key=lambda n: self.expected_tokens(n) / self.cost(n))
-        return n + 1 if self.expected_tokens(n) / self.cost(n) > 1 / PLAIN_COST else 1
+        alpha, tokens, best, best_rate = self.alpha, 1.0, 0, 1 / PLAIN_COST
+        for n in range(1, self.max_block_size):                 # E(n) = E(n-1) + alpha^n, one pass
+            tokens += alpha ** n
+            if tokens / self.cost(n) > best_rate:
+                best, best_rate = n, tokens / self.cost(n)
+        return best + 1
 
     def update(self, n_drafts, n_accepted):
         """Count a step's slots: the verifier looked at the accepted drafts and at the first rejected one. A step
