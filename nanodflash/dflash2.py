@@ -137,8 +137,10 @@ class CandidateSelector(nn.Module):
         full = logits.detach().to("cpu", torch.float64, copy=True)             # (n, V), filled in slot by slot
         tokens, i = [], 0                                                       # i: the predecessor's candidate
         for t in range(n):                                                      # index (the anchor: row 0)
-            prev = torch.tensor(tokens[-1] if tokens else 0, device=hidden.device)      # (a non-candidate's)
-            scores = table[t, i] if i >= 0 else self.scores(hidden[t], logits[t], prev)[1]
+            if i >= 0:
+                scores = table[t, i]
+            else:                                                               # after a non-candidate
+                scores = self.scores(hidden[t], logits[t], torch.tensor(tokens[-1], device=hidden.device))[1]
             full[t, cand[t]] = scores.detach().cpu().double()
             q_t = torch.softmax(full[t] / temperature, dim=-1)                  # (V,), in place of the logits
             cdf = q_t.cumsum(0)
