@@ -49,7 +49,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            format_draft_steps, format_policy_costs, format_slot_acceptance, format_table, oracle_section,
                            policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
-                            prompt_lookup_method)
+                            prompt_lookup_method, sampling_drafters)
 from .checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 from .data import val_prompts
@@ -211,10 +211,10 @@ def main(argv=None, extra=None):
     acceptance = oracles = None
     family = {kind: drafter, **dflash_style(extra)}
     if not args.greedy_only:
-        # sampling: where the main drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
+        # sampling: where each sampling drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
         T, p = SAMPLED
         acceptance = {}
-        for name, d in {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}.items():
+        for name, d in sampling_drafters(drafter, sampler).items():
             acceptance[name] = slot_acceptance(target, d, prompts, args.max_new_tokens, T, p, args.seed)
             print("\n" + format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach

@@ -58,6 +58,13 @@ def sampled_sizes(B):
     return [*sorted({min(SAMPLED_B, B), B}), "auto"]
 
 
+def sampling_drafters(drafter, sampler):
+    """{row-name prefix: drafter} of the drafters that get the T=1 and T=0.7 rows: the main one, and the sampling
+    drafter (drafter_sampling.pt) as "K-sampling" when the run made one."""
+    kind = kind_of(drafter)
+    return {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}
+
+
 def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for
     each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when
@@ -88,7 +95,7 @@ def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
         methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
                            dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
-    samplers = {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}
+    samplers = sampling_drafters(drafter, sampler)
     methods += [Method("plain T=1", 1.0, plain_method(1.0))]
     for k, d in samplers.items():
         methods += [Method(f"{k} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v, None if d is drafter else d))

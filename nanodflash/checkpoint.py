@@ -123,5 +123,6 @@ def load(out_dir="out", device="cpu", sampling=False):
     if tok.n_vocab != target.config.vocab_size:
         raise ValueError(f"tokenizer in {out_dir} has {tok.n_vocab} tokens but the target expects "
                          f"{target.config.vocab_size}; the folder mixes runs, rerun train_tiny.py --fresh")
-    drafter, _ = load_drafter(sampling_drafter_path(out_dir) if sampling else os.path.join(out_dir, DRAFTER), target, device)
+    path = sampling_drafter_path(out_dir) if sampling else os.path.join(out_dir, DRAFTER)
+    drafter, _ = load_drafter(path, target, device)
     return tok, target, drafter
