@@ -8,8 +8,9 @@
 Sampling (--temperature > 0) drafts with out/drafter_sampling.pt when the run made one (the drafter
 fine-tuned on sampled continuations), else with out/drafter.pt. Every draft/verify step emits the
 drafter's accepted tokens, then one token from the target (the "bonus": the target's own choice at
-the first disagreement, or after the last draft). The first generated token comes from the target's prefill. The continuation is printed with that origin shown:
-in colour on a terminal, else with bracket markers, [accepted draft tokens] {target token}.
+the first disagreement, or after the last draft). The first generated token comes from the target's
+prefill. The continuation is printed with that origin shown: in colour on a terminal, else with bracket
+markers, [accepted draft tokens] {target token}.
 Then τ, the acceptance-length histogram, and tokens/s of DFlash vs plain decoding on the same
 prompt in this process. At temperature 0 the two outputs must be token-identical: the script says so,
 and exits with status 1 if they ever differ. Bad checkpoints or flags also exit 1 with a message.
