@@ -27,7 +27,7 @@ import torch
 import nanodflash
 from nanodflash import hf
 from nanodflash.bench import val_prompts
-from nanodflash.checkpoint import DRAFTER, sampling_drafter_path
+from nanodflash.checkpoint import drafter_path
 from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, ints_or, threads
 from nanodflash.hf_tokenizer import normalize
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
@@ -160,8 +160,7 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     B = args.block_size or drafter.config.block_size
     n_params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
-    source = " + ".join(args.hf) if args.hf else os.path.join(args.out, os.path.basename(
-        sampling_drafter_path(args.out) if args.temperature > 0 else DRAFTER))
+    source = " + ".join(args.hf) if args.hf else drafter_path(args.out, sampling=args.temperature > 0)
     print(f"nanodflash sample: {source} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
           f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")

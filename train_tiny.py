@@ -71,8 +71,8 @@ SEED = 1337
 
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
-             block_size=8, sampling_steps=20, sampling_seqs=16, eval_prompts=3, eval_new_tokens=24, long_seqs=8, long_gen_len=56, long_batch=2,
-             long_anchors=4, eval_long_prompts=2, eval_long_tokens=56)
+             block_size=8, sampling_steps=20, sampling_seqs=16, eval_prompts=3, eval_new_tokens=24, long_seqs=8,
+             long_gen_len=56, long_batch=2, long_anchors=4, eval_long_prompts=2, eval_long_tokens=56)
 
 
 def parse_args(argv=None):
@@ -214,7 +214,8 @@ def main(argv=None):
     if args.long_seqs:                   # greedy: half-sampled long data cost late greedy tau (5.17 -> 4.63 past
         parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0, T)   # token 240)
     if args.sampling_steps:              # all sampled, for the sampling drafter
-        parts["train_sampled"] = (train_ids, args.sampling_seqs, args.gen_len, args.seed + 5, 0.0, args.sampling_temperature)
+        parts["train_sampled"] = (train_ids, args.sampling_seqs, args.gen_len, args.seed + 5, 0.0,
+                                  args.sampling_temperature)
     mix = dict(gen_temperature=args.gen_temperature, gen_greedy_frac=args.gen_greedy_frac)
     data = (ckpt.read(path["data"], "generated data") if os.path.exists(path["data"])
             else {"prompt_len": args.prompt_len, **mix})

@@ -109,10 +109,10 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     return drafter.to(device).eval(), ck
 
 
-def sampling_drafter_path(out_dir):
-    """out_dir's drafter_sampling.pt if the run made one, else its drafter.pt: the drafter to sample with."""
+def drafter_path(out_dir, sampling=False):
+    """out_dir's drafter.pt; sampling=True: its drafter_sampling.pt if the run made one (else drafter.pt)."""
     path = os.path.join(out_dir, SAMPLING_DRAFTER)
-    return path if os.path.exists(path) else os.path.join(out_dir, DRAFTER)
+    return path if sampling and os.path.exists(path) else os.path.join(out_dir, DRAFTER)
 
 
 def load(out_dir="out", device="cpu", sampling=False):
@@ -123,6 +123,5 @@ def load(out_dir="out", device="cpu", sampling=False):
     if tok.n_vocab != target.config.vocab_size:
         raise ValueError(f"tokenizer in {out_dir} has {tok.n_vocab} tokens but the target expects "
                          f"{target.config.vocab_size}; the folder mixes runs, rerun train_tiny.py --fresh")
-    path = sampling_drafter_path(out_dir) if sampling else os.path.join(out_dir, DRAFTER)
-    drafter, _ = load_drafter(path, target, device)
+    drafter, _ = load_drafter(drafter_path(out_dir, sampling), target, device)
     return tok, target, drafter

@@ -30,6 +30,7 @@ import torch.nn as nn
 
 from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
 from .drafter import Drafter, DrafterConfig, block_labels, weighted_cross_entropy
+from .sampling import inverse_cdf
 
 
 @dataclass
@@ -141,11 +142,9 @@ class CandidateSelector(nn.Module):
                 scores = table[t, i]
             else:                                                               # after a non-candidate
                 scores = self.scores(hidden[t], logits[t], torch.tensor(tokens[-1], device=hidden.device))[1]
-            full[t, cand[t]] = scores.detach().cpu().double()
-            q_t = torch.softmax(full[t] / temperature, dim=-1)                  # (V,), in place of the logits
-            cdf = q_t.cumsum(0)
-            tokens.append(min(int(torch.searchsorted(cdf, u[t] * cdf[-1], right=True)), full.size(1) - 1))
-            full[t] = q_t
+            full[t, cand[t]] = scores.detach().to("cpu", torch.float64)
+            full[t] = torch.softmax(full[t] / temperature, dim=-1)              # (V,): q_t, in place of the logits
+            tokens.append(int(inverse_cdf(full[t], u[t:t + 1])))
             hit = (cand[t] == tokens[-1]).nonzero()
             i = int(hit[0, 0]) if hit.numel() else -1
         return torch.tensor(tokens), full

@@ -91,9 +91,14 @@ def sample(probs, generator=None):
     row, and the first token whose cumulative mass exceeds u * (the row's total). A token of probability 0
     adds nothing to the cumulative mass, so it is never drawn. (Cheaper than torch.multinomial here.)"""
     flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
+    return inverse_cdf(probs, torch.rand(flat.size(0), generator=generator, dtype=flat.dtype))
+
+
+def inverse_cdf(probs, u):
+    """`sample` with the uniforms given: probs (..., V), u (N,) one per row of probs -> token ids (...,)."""
+    flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
     cdf = flat.cumsum(-1)
-    u = torch.rand(flat.size(0), 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]     # (N, 1)
-    idx = torch.searchsorted(cdf, u, right=True)                             # (N, 1)
+    idx = torch.searchsorted(cdf, u.view(-1, 1).to(cdf.dtype) * cdf[:, -1:], right=True)   # (N, 1)
     past = idx == flat.size(-1)                          # u * total rounded up to the total: take the last
     if bool(past.any()):                                 # token of nonzero probability, never a zero one
         last = flat.size(-1) - 1 - (flat.flip(-1) > 0).long().argmax(-1, keepdim=True)   # (N, 1)

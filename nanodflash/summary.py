@@ -33,9 +33,9 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
     print(f"speedup (block_size={B}, {new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
           f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     T, top_p = SAMPLED                                                                  # as people sample
-    who = "the sampling drafter" if sampler is not None else "the drafter"
+    who, sampler = ("the sampling drafter", sampler) if sampler is not None else ("the drafter", drafter)
     for b in (min(SAMPLED_B, B), "auto"):
-        t_plain, t_spec, tau = side_by_side(target, sampler or drafter, prompts, new_tokens, b, temperature=T,
+        t_plain, t_spec, tau = side_by_side(target, sampler, prompts, new_tokens, b, temperature=T,
                                             top_p=top_p, verifier="rejection")
         print(f"sampling (T={T} top-p {top_p}, rejection verifier, {who}, block_size={b}): tau {tau:.2f} | "
               f"plain {t_plain:.2f}s vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
