@@ -1,6 +1,6 @@
 """Adaptive block size: draft as many tokens as pay, judged by the acceptance seen so far (block_size="auto").
 
-Every block slot costs a little more drafter and target work per step (on the reference CPU about 6% of a
+Every block slot costs a little more drafter and target work per step (on the reference CPU about 2.5% of a
 1-draft step per slot: `SLOT_COST`), and when the target samples most of a 16-token block is rejected anyway.
 The rule models each draft slot as accepted with one probability alpha (given that the slots before it were),
 so a step that drafts n tokens emits on average
@@ -16,16 +16,16 @@ them the estimate relaxes toward the prior and drafting is retried now and then.
 For example, with the CPU's costs below:
 
     >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]     # block = anchor + n drafts
-    [1, 4, 7, 13]
+    [3, 6, 9, 16]
 
 Lossless whatever it picks: the block size of a step depends only on what the run emitted before it, and every
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-SLOT_COST = 0.06    # one more block slot, as a fraction of a 1-draft step (CPU, 1 thread, sampled steps in the
-                    # loop: B=6 steps cost ~12% more than B=4 ones; greedy ones ~0.03: `python -m nanodflash.bench`)
-STEP_COST = 1.6     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (CPU, 1 thread)
-PLAIN_COST = 1.1    # a step without drafts inside the speculative loop, in plain decoding steps
+SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step (CPU, 1 thread, the default 24-layer
+                    # target: 0.022 in the loop, from `python -m nanodflash.bench`'s greedy rows)
+STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (measured 1.28)
+PLAIN_COST = 1.0    # a step without drafts inside the speculative loop, in plain decoding steps (0.94-1.02 measured)
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 
