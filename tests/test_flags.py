@@ -47,7 +47,7 @@ CASES = [
     ("train_tiny.py", ["--draft_layers", "0"], "argument --draft_layers: must be an integer in [1, 64], got 0"),
     ("train_tiny.py", ["--draft_layers", "3", "--n_layer", "2", "--target_layer_ids", ""],
      "--draft_layers 3 must be at most --n_layer 2 when --target_layer_ids is empty"),
-    ("train_tiny.py", ["--target_layer_ids", "0,12"], "--target_layer_ids [0, 12] must lie in 0..11"),
+    ("train_tiny.py", ["--n_layer", "12", "--target_layer_ids", "0,12"], "--target_layer_ids [0, 12] must lie in 0..11"),
     ("train_tiny.py", ["--selector_top_k", "0"], "argument --selector_top_k: must be an integer in [1, 1024], got 0"),
     ("train_tiny.py", ["--selector_top_k", "1000", "--vocab_size", "512"], "--selector_top_k 1000 must be at most "
                                                                            "--vocab_size 512"),
