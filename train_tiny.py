@@ -1,6 +1,6 @@
 """Train everything DFlash needs, end to end, on a CPU: tokenizer -> target -> generated data -> drafter.
 
-    python train_tiny.py                 # the default run (~15 minutes on 2 CPU cores), writes out/
+    python train_tiny.py                 # the default run (~25 minutes on 2 CPU cores), writes out/
     python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute
     python train_tiny.py --data input.txt --out out_shakespeare
 
