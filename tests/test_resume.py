@@ -42,6 +42,13 @@ def interrupt(monkeypatch, stage, at, how):
     monkeypatch.setattr(resume, "on_step", hook)
 
 
+def rerun(out, monkeypatch, capsys):
+    """Take the interrupting hook away, run the same command again and return what it printed."""
+    monkeypatch.setattr(resume, "on_step", None)
+    train_tiny.main(["--smoke", "--out", str(out)])
+    return capsys.readouterr().out
+
+
 def assert_same_as_uninterrupted(out, ref, files=("target.pt", "drafter.pt")):
     for f in files:
         a, b = torch.load(out / f, weights_only=False), torch.load(ref / f, weights_only=False)
@@ -60,9 +67,7 @@ def test_ctrl_c_in_the_target_stage_saves_it_and_the_rerun_resumes_there_with_th
     assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, "Ctrl-C should end with the resume hint"
     assert (out / "target.pt.resume").exists() and not (out / "target.pt").exists(), \
         "Ctrl-C inside the target stage should leave its resume file, and no target.pt"
-    monkeypatch.setattr(resume, "on_step", None)
-    train_tiny.main(["--smoke", "--out", str(out)])
-    printed = capsys.readouterr().out
+    printed = rerun(out, monkeypatch, capsys)
     assert "resuming target at step 12 of 30" in printed, f"the rerun should say where it resumes:\n{printed[:600]}"
     assert not (out / "target.pt.resume").exists(), "the resume file should go once target.pt is written"
     assert_same_as_uninterrupted(out, smoke_out)
@@ -77,9 +82,7 @@ def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_s
         train_tiny.main(["--smoke", "--out", str(out)])
     saved = torch.load(out / "drafter.pt.resume", weights_only=False)["step"]
     assert saved == 19, f"the last periodic save before the kill at step 20 should hold 19 steps, holds {saved}"
-    monkeypatch.setattr(resume, "on_step", None)
-    train_tiny.main(["--smoke", "--out", str(out)])
-    printed = capsys.readouterr().out
+    printed = rerun(out, monkeypatch, capsys)
     assert "resuming drafter at step 19 of 30" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
     assert not (out / "drafter.pt.resume").exists(), "the resume file should go once drafter.pt is written"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
@@ -93,9 +96,7 @@ def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(smo
         train_tiny.main(["--smoke", "--out", str(out)])
     assert (out / "drafter_sampling.pt.resume").exists() and not (out / "drafter_sampling.pt").exists(), \
         "a kill inside the sampling drafter stage should leave its resume file, and no drafter_sampling.pt"
-    monkeypatch.setattr(resume, "on_step", None)
-    train_tiny.main(["--smoke", "--out", str(out)])
-    printed = capsys.readouterr().out
+    printed = rerun(out, monkeypatch, capsys)
     assert "resuming sampling drafter at step 11 of 20" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter_sampling.pt",))
 
@@ -128,10 +129,8 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
         train_tiny.main(["--smoke", "--out", str(out)])
     path = out / "drafter.pt.resume"
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    monkeypatch.setattr(resume, "on_step", None)
-    capsys.readouterr()
-    train_tiny.main(["--smoke", "--out", str(out)])
-    lines = [line for line in capsys.readouterr().out.splitlines() if "corrupt" in line]
+    capsys.readouterr()                                              # only the rerun's lines
+    lines = [line for line in rerun(out, monkeypatch, capsys).splitlines() if "corrupt" in line]
     assert len(lines) == 1 and "drafter.pt.resume is corrupt or truncated" in lines[0] and "over" in lines[0], \
         f"expected one line reporting the corrupt resume file, got {lines}"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
