@@ -3,7 +3,7 @@
     python sample.py                                   # out/, a validation prompt, greedy
     python sample.py --prompt "    def __init__(self" --temperature 0.7 --top_p 0.95
     python sample.py --out out_smoke --no-color
-    python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.hf export)
+    python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.tools.hf export)
 
 Sampling (--temperature > 0) drafts with out/drafter_sampling.pt when the run made one (the drafter
 fine-tuned on sampled continuations), else with out/drafter.pt. Every draft/verify step emits the
@@ -25,11 +25,11 @@ import time
 import torch
 
 import nanodflash
-from nanodflash import hf
-from nanodflash.bench import val_prompts
+from nanodflash.tools import hf
+from nanodflash.tools.bench import val_prompts
 from nanodflash.checkpoint import drafter_path
-from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints, ints_or, threads
-from nanodflash.hf_tokenizer import normalize
+from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, floats, ints, ints_or, threads
+from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 
@@ -60,7 +60,7 @@ def parse_args(argv=None):
     a = p.add_argument
     a("--out", default=OUT, help="folder written by train_tiny.py --out (default: %(default)s)")
     a("--hf", nargs=2, metavar=("TARGET_DIR", "DRAFTER_DIR"), default=None, help="instead of --out: a Hugging Face "
-      "Qwen3 folder and an official DFlash / DFlash 2 drafter folder (nanodflash/hf.py); stops at their EOS tokens")
+      "Qwen3 folder and an official DFlash / DFlash 2 drafter folder (nanodflash/tools/hf.py); stops at their EOS tokens")
     a("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype with --hf "
       "(bfloat16 halves the memory of a real model) (default: %(default)s)")
     a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")

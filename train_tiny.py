@@ -17,14 +17,15 @@ import time
 
 import torch
 
-from nanodflash import baselines, checkpoint as ckpt
-from nanodflash.cli import MAX_COUNT, MAX_SEED, floats, ints
+from nanodflash import checkpoint as ckpt
+from nanodflash.tools import baselines
+from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, floats, ints
 from nanodflash.data import check_enough, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
+from nanodflash.tools.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
-from nanodflash.summary import print_summary
+from nanodflash.tools.summary import print_summary
 from nanodflash.train_drafter import generate_mix, measure_tau, slot_accuracy, train_drafter
 
 # ----------------------------------------------------------------------------- defaults
@@ -167,7 +168,7 @@ def main(argv=None):
     path = {k: os.path.join(args.out, f) for k, f in
             dict(tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER,
                  sampling=ckpt.SAMPLING_DRAFTER).items()}
-    if args.fresh:                       # also the baselines trained on the old target (nanodflash.baselines)
+    if args.fresh:                       # also the baselines trained on the old target (nanodflash.tools.baselines)
         for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
             if os.path.exists(f):
                 os.remove(f)

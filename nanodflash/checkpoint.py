@@ -86,7 +86,7 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     """Load a drafter onto `target`; refuse if it was trained against a different target.
 
     Without `cls`, the checkpoint's kind picks the class (DFlash or DFlash 2, DRAFTER_KINDS). Baseline
-    drafters (nanodflash.baselines) pass their class, the `kind` their checkpoint must record, and the
+    drafters (nanodflash.tools.baselines) pass their class, the `kind` their checkpoint must record, and the
     commands that make and retrain them."""
     what = f"{kind} baseline drafter" if kind else "drafter"
     ck = read(path, what, make)

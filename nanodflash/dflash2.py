@@ -19,7 +19,7 @@ A DFlash 1 slot drafts its argmax without knowing what the slots before it draft
 
 Everything that can be batched is: one pass gives every slot's candidates, and one small matmul gives the
 score of every candidate after every possible predecessor (a (n, K, K) table). The walk that remains is
-n lookups into that table. Parameter names follow the official checkpoints (DESIGN §1b).
+n lookups into that table. Parameter names follow the official checkpoints (docs/design.md).
 """
 
 import math
@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
-from .drafter import Drafter, DrafterConfig, block_labels, weighted_cross_entropy
+from .drafter import Drafter, DrafterConfig, DrafterLayer, block_labels, weighted_cross_entropy
 from .sampling import inverse_cdf
 
 
@@ -150,33 +150,42 @@ class CandidateSelector(nn.Module):
         return torch.tensor(tokens), full
 
 
+class DFlash2Layer(DrafterLayer):
+    """A DFlash drafter layer with a convolution pair around attention and around the MLP (block slots only;
+    the injected context is never convolved). Both drafters' passes, training and inference, call this forward."""
+
+    def add_convolutions(self, c):
+        """Attach the two convolutions (identity at first). DFlash2Drafter calls this after the drafter's random
+        init, which would otherwise overwrite their identity kernels. Names as in the official checkpoints."""
+        self.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+        self.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+
+    def forward(self, x, ctx_k, ctx_v, cos, sin, mask):
+        u, taps = self.attention_conv.prepare(self.input_layernorm(x))           # mix the block's slots in
+        k, v = self.self_attn.key_value(u, cos, sin)                              # (N, Hkv, T, hd)
+        keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # (N, Hkv, S+T, hd)
+        y = self.self_attn.attend(self.self_attn.query(u, cos, sin), keys, values, mask)
+        x = x + self.attention_conv.finish(y, taps)                               # ... and attention's output
+        u, taps = self.mlp_conv.prepare(self.post_attention_layernorm(x))
+        return x + self.mlp_conv.finish(self.mlp(u), taps), k, v
+
+
 class DFlash2Drafter(Drafter):
-    """The DFlash drafter with in-block convolutions in every layer (unless conv_kernel_size is 0) and a
-    candidate selector on top."""
+    """The DFlash drafter with DFlash2Layers (plain DrafterLayers when conv_kernel_size is 0) and a candidate
+    selector on top."""
     kind = "dflash2"
     config_class = DFlash2Config
+
+    def new_layer(self, c):
+        return DFlash2Layer(c) if c.conv_kernel_size else DrafterLayer(c)
 
     def __init__(self, config, target):
         super().__init__(config, target)
         c = config
-        for layer in self.layers if c.conv_kernel_size else []:     # names as in the official checkpoints
-            layer.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
-            layer.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+        for layer in self.layers if c.conv_kernel_size else []:
+            layer.add_convolutions(c)
         self.candidate_selector = CandidateSelector(target.config.vocab_size, c.n_embd, c.selector_rank,
                                                     c.selector_top_k)
-
-    def _attn_input(self, layer, x):
-        if not self.config.conv_kernel_size:
-            return super()._attn_input(layer, x)
-        return layer.attention_conv.prepare(layer.input_layernorm(x))          # (mixed input, output taps)
-
-    def _attend_mlp(self, layer, x, h, taps, k, v, cos, sin, mask):
-        if not self.config.conv_kernel_size:
-            return super()._attend_mlp(layer, x, h, taps, k, v, cos, sin, mask)
-        y = layer.self_attn.attend(layer.self_attn.query(h, cos, sin), k, v, mask)
-        x = x + layer.attention_conv.finish(y, taps)
-        u, taps = layer.mlp_conv.prepare(layer.post_attention_layernorm(x))
-        return x + layer.mlp_conv.finish(layer.mlp(u), taps)
 
     def draft(self, cache, anchor, n_draft, choose):
         """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""

@@ -17,7 +17,7 @@ mask. Positions are absolute (RoPE): context feature j sits at j, block slot i a
     queries: block slots only; each block slot sees ALL context keys and ALL block keys
 
 At inference the context K/V are cached. The features of newly verified positions are queued by
-`extend` and projected by the next draft pass in the same matmuls as the block, so each speculative
+`extend` and projected at the start of the next draft pass (`project_context`), so each speculative
 step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees
 context features j < a_b and its own slots, nothing of the other blocks (`training_mask`).
 """
@@ -81,14 +81,31 @@ class ContextCache(KVCache):
     """The drafter's cache: K/V of the verified context, and `pending`, the features of the newest
     verified positions (the last ones before `length`) whose K/V are not computed yet.
 
-    `extend` only queues features; the next drafting pass projects them together with the block, so a
-    speculative step costs ONE drafter pass (as in the paper's code). Drafted slots' K/V may sit past
-    `length` as scratch: never read as context, overwritten by the next write.
+    `extend` only queues features; the next drafting pass projects them first (`project_context`), so a
+    speculative step runs the drafter once, as in the paper's code. An autoregressive chain drafter
+    (tools/baselines.py) writes its chain slots' K/V past `length` as scratch that the next write overwrites.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pending = []                         # feature tensors (1, t, n_feat*D), oldest first
+
+
+class DrafterLayer(Block):
+    """A pre-norm transformer layer with KV injection: queries from the block, keys/values = [context ; block].
+
+    The context keys/values are the fused target features projected by this layer's own W_K, W_V (the same
+    projections the block gets), computed by the caller: all of them at once in training, cached at inference.
+    No causal mask inside the block. Returns the new x and the block's own K/V (a DFlash block discards
+    them; an autoregressive chain keeps them as context for its next slot).
+    """
+
+    def forward(self, x, ctx_k, ctx_v, cos, sin, mask):
+        h = self.input_layernorm(x)
+        k, v = self.self_attn.key_value(h, cos, sin)                               # (N, Hkv, T, hd)
+        keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # (N, Hkv, S+T, hd)
+        x = x + self.self_attn.attend(self.self_attn.query(h, cos, sin), keys, values, mask)
+        return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 
 @dataclass
@@ -139,32 +156,19 @@ class Drafter(nn.Module):
         object.__setattr__(self, "target", target)    # borrowed, frozen, and NOT one of our parameters
         self.fc = nn.Linear(len(c.target_layer_ids) * c.n_embd, c.n_embd, bias=False)
         self.hidden_norm = RMSNorm(c.n_embd, c.norm_eps)
-        self.layers = nn.ModuleList(Block(c) for _ in range(c.n_layer))
+        self.layers = nn.ModuleList(self.new_layer(c) for _ in range(c.n_layer))
         self.norm = RMSNorm(c.n_embd, c.norm_eps)
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * c.n_layer) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
 
+    def new_layer(self, c):
+        return DrafterLayer(c)
+
     def _rope(self, positions, dtype):
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
         return cos.unsqueeze(-3), sin.unsqueeze(-3)          # (..., T, hd) -> (..., 1, T, hd): broadcast over heads
-
-    def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
-        """One drafter layer: queries from the block, keys/values = [injected context ; block]."""
-        h, state = self._attn_input(layer, x)
-        k, v = layer.self_attn.key_value(h, cos, sin)
-        k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)   # (B, Hkv, S+T, hd)
-        return self._attend_mlp(layer, x, h, state, k, v, cos, sin, mask)
-
-    # The two places where a DFlash 2 drafter (dflash2.py) adds its in-block convolutions:
-    def _attn_input(self, layer, x):
-        """The block's input to attention, norm(x), and state for `_attend_mlp` (none in DFlash 1)."""
-        return layer.input_layernorm(x), None
-
-    def _attend_mlp(self, layer, x, h, state, k, v, cos, sin, mask):
-        """The rest of the layer once its keys/values are known (gpt.Block's attention + MLP)."""
-        return layer.attend_mlp(x, h, k, v, cos, sin, mask)
 
     # ---------------- inference: a cache of projected context K/V ----------------
 
@@ -176,50 +180,37 @@ class Drafter(nn.Module):
     def extend(self, cache, features, tokens=None):
         """Append newly verified positions: features (1, t, n_feat*D) at positions cache.length... .
 
-        Lazy: the features are queued and projected by the next drafting pass, in the same matmuls as
-        the block. `tokens` (their ids) are part of the drafter protocol (an autoregressive drafter
-        needs them); DFlash conditions on the features alone.
+        Lazy: the features are queued and projected by the next drafting pass (`project_context`).
+        `tokens` (their ids) are part of the drafter protocol (an autoregressive drafter needs them);
+        DFlash conditions on the features alone.
         """
         if cache.length + features.size(1) > cache.max_len:
             raise ValueError(f"drafter cache overflow: {cache.length + features.size(1)} positions > max_len={cache.max_len}")
         cache.pending.append(features)
         cache.length += features.size(1)
 
-    def flush(self, cache):
-        """Project the queued context now (drafting does it anyway); for looking at cache.k / cache.v."""
-        self.cached_pass(cache, None)
-
-    def cached_pass(self, cache, x, offset=0):
-        """One inference pass: x (1, b, D) holds the inputs of slots at positions cache.length + offset ...
-
-        The queued context features (t positions) ride along: their K/V are computed in the same
-        matmuls as x's and stored as context. x's own K/V are written past cache.length, as scratch
-        that the next write overwrites. Each slot of x sees every context position and every slot
-        written so far, x's included (bidirectional within x; an AR chain passes one slot at a time).
-        x=None: only project the queued context. Returns x after the layers, (1, b, D).
-        """
-        t = sum(f.size(1) for f in cache.pending)
-        if t and offset:
-            raise ValueError("queued context must be projected by the first pass of a draft (offset 0)")
-        rows = [self.hidden_norm(self.fc(torch.cat(cache.pending, dim=1)))] if t else []   # (1, t, D) context
+    def project_context(self, cache):
+        """Turn the queued features into every layer's context K/V: h = RMSNorm(fc(features)), then each
+        layer's W_K, W_V and RoPE at the features' own positions (the last t before cache.length)."""
+        if not cache.pending:
+            return
+        h = self.hidden_norm(self.fc(torch.cat(cache.pending, dim=1)))          # (1, t, D) fused features
         cache.pending.clear()
-        b = 0 if x is None else x.size(1)
-        if t + b == 0:
-            return x
-        start = cache.length - t + offset                                        # position of the first row
-        cos, sin = self._rope(torch.arange(start, start + t + b, device=cache.k.device), cache.k.dtype)
+        start = cache.length - h.size(1)
+        cos, sin = self._rope(torch.arange(start, cache.length, device=h.device), h.dtype)
         for i, layer in enumerate(self.layers):
-            h, state = ([], None) if x is None else self._attn_input(layer, x)
-            h = [] if x is None else [h]
-            k, v = layer.self_attn.key_value(torch.cat(rows + h, dim=1), cos, sin)   # context rows: fused features
-            k, v = cache.write(i, start, k, v)                                   # keys at positions 0 .. start+t+b-1
-            if x is not None:                                                    # queries: x's slots only
-                x = self._attend_mlp(layer, x, h[0], state, k, v, cos[..., t:, :], sin[..., t:, :], None)
-        return x
+            cache.write(i, start, *layer.self_attn.key_value(h, cos, sin))
 
     def block_hidden(self, cache, block):
-        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D), one pass."""
-        return self.norm(self.cached_pass(cache, self.target.embed_tokens(block)))
+        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D), one pass.
+        Every slot sees the whole context and the whole block; the block's K/V are not kept."""
+        self.project_context(cache)
+        n = cache.length
+        x = self.target.embed_tokens(block)                                       # (1, b, D)
+        cos, sin = self._rope(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
+        for i, layer in enumerate(self.layers):
+            x, _, _ = layer(x, cache.k[i, :, :, :n], cache.v[i, :, :, :n], cos, sin, None)
+        return self.norm(x)
 
     def block_logits(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""
@@ -247,17 +238,22 @@ class Drafter(nn.Module):
         N, S, _ = features.shape
         K, B = anchors.size(1), self.config.block_size
         h = self.hidden_norm(self.fc(features))                                  # (N, S, D)
-        block = torch.full((N, K, B), self.config.mask_token_id, device=input_ids.device)
-        block[:, :, 0] = torch.gather(input_ids, 1, anchors)                     # [x_a, MASK, ..., MASK]
-        x = self.target.embed_tokens(block).view(N, K * B, -1)                   # (N, K, B, D) -> (N, K*B, D)
-        block_pos = (anchors[:, :, None] + torch.arange(B, device=anchors.device)).view(N, K * B)
-        cos_b, sin_b = self._rope(block_pos, x.dtype)                            # (N, 1, K*B, hd)
+        x, cos_b, sin_b = self.training_blocks(input_ids, anchors)
         cos_c, sin_c = self._rope(torch.arange(S, device=x.device), x.dtype)     # (1, S, hd)
         mask = training_mask(anchors, S, B).unsqueeze(1)                         # (N, 1, K*B, S+K*B)
         for layer in self.layers:
-            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
-            x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
+            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)             # every context position
+            x, _, _ = layer(x, ctx_k, ctx_v, cos_b, sin_b, mask)
         return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
+
+    def training_blocks(self, input_ids, anchors):
+        """The K blocks [x_a, MASK, ..., MASK] of every sequence, embedded: (N, K*B, D), and their RoPE."""
+        N, K, B = *anchors.shape, self.config.block_size
+        block = torch.full((N, K, B), self.config.mask_token_id, device=input_ids.device)
+        block[:, :, 0] = torch.gather(input_ids, 1, anchors)
+        x = self.target.embed_tokens(block).view(N, K * B, -1)                   # (N, K, B, D) -> (N, K*B, D)
+        block_pos = (anchors[:, :, None] + torch.arange(B, device=anchors.device)).view(N, K * B)
+        return (x, *self._rope(block_pos, x.dtype))                              # cos, sin: (N, 1, K*B, hd)
 
     def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0.

@@ -77,12 +77,7 @@ class Block(nn.Module):
         h = self.input_layernorm(x)
         k, v = self.self_attn.key_value(h, cos, sin)
         if cache is not None:
-            k, v = cache.write(layer, start, k, v)
-        return self.attend_mlp(x, h, k, v, cos, sin, mask)
-
-    def attend_mlp(self, x, h, k, v, cos, sin, mask):
-        """The rest of the layer once its keys/values are known: x's queries (from h = norm(x)) attend, then the MLP.
-        (The drafter calls it too, with keys it assembles itself: injected context + block.)"""
+            k, v = cache.write(layer, start, k, v)                          # all keys up to the new ones
         x = x + self.self_attn.attend(self.self_attn.query(h, cos, sin), k, v, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -109,19 +104,24 @@ class GPT(nn.Module):
         p = next(self.parameters())
         return KVCache(self.config, batch_size, max_len or self.config.max_seq_len, p.device, p.dtype)
 
-    def forward(self, idx, cache=None, layer_ids=None):
+    def forward(self, idx, cache=None, layer_ids=None, positions=None, mask=None):
+        """idx (B, T) -> logits (B, T, V) and, with `layer_ids`, features (B, T, len(layer_ids) * D).
+
+        By default token t sits at position cache.length + t and sees every cached key and the new keys up
+        to its own (causal). Tree verification and ragged batches pass their own `positions` ((T,) or
+        (B, T)) and boolean `mask` (broadcastable to (B, 1, T, cache.length + T), True = may attend)."""
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.config.max_seq_len:
             raise ValueError(f"sequence of {start + T} tokens exceeds max_seq_len={self.config.max_seq_len}")
         x = self.embed_tokens(idx)                                          # (B, T, D)
-        positions = torch.arange(start, start + T, device=idx.device)
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # (T, hd)
-        # causal mask over [cached keys ; new keys]: query i (at position start+i) sees keys 0..start+i
-        mask = None
-        if T > 1:
-            key_pos = torch.arange(start + T, device=idx.device)
-            mask = key_pos[None, :] <= positions[:, None]                     # (T, start+T)
+        if positions is None:
+            positions = torch.arange(start, start + T, device=idx.device)
+            if T > 1 and mask is None:      # causal over [cached keys ; new keys]: query i sees keys 0..start+i
+                mask = torch.arange(start + T, device=idx.device)[None, :] <= positions[:, None]   # (T, start+T)
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # (..., T, hd)
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]                            # (B, T, hd) -> (B, 1, T, hd): per row
         by_id = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, cache, i, start)

@@ -16,7 +16,8 @@ import dflash.model as official
 from transformers import Qwen3ForCausalLM
 
 import nanodflash
-from nanodflash import data, hf
+from nanodflash import data
+from nanodflash.tools import hf
 from nanodflash.speculative import speculative_generate
 
 official._cuda_time = time.perf_counter          # its timer calls torch.cuda.synchronize(); we run on the CPU

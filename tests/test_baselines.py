@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_target
-from nanodflash import baselines, bench, bench_extras
-from nanodflash.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
+from nanodflash.tools import baselines, bench, bench_extras
+from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.timing import DraftForwardCounter
+from nanodflash.tools.timing import DraftForwardCounter
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -204,7 +204,7 @@ def test_baseline_checkpoints_round_trip_and_refuse_the_wrong_kind_or_target(tmp
         baselines.load_baseline(path, target, "nofeat")
     with pytest.raises(ValueError, match="trained against target"):
         baselines.load_baseline(path, tiny_target(seed=9), "ar")
-    with pytest.raises(FileNotFoundError, match="nanodflash.baselines"):
+    with pytest.raises(FileNotFoundError, match="nanodflash.tools.baselines"):
         baselines.load_baseline(str(tmp_path / "none.pt"), target, "ar")
 
 

@@ -1,4 +1,4 @@
-"""nanodflash.bench: its numbers are internally consistent and agree with independent runs of the loop;
+"""nanodflash.tools.bench: its numbers are internally consistent and agree with independent runs of the loop;
 its ceiling bounds the measured speedup; the oracle selector bounds the drafter's τ."""
 
 import ast
@@ -12,9 +12,9 @@ import torch
 
 import nanodflash
 from conftest import tiny_drafter, tiny_target
-from nanodflash import bench, bench_extras, bench_methods
+from nanodflash.tools import bench, bench_extras, bench_methods
 from nanodflash.drafter import Drafter
-from nanodflash.prompt_lookup import PromptLookupDrafter
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.speculative import generate, speculative_generate
 
 N_PROMPTS, NEW_TOKENS = 2, 20
@@ -165,7 +165,7 @@ def test_bench_cli_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp
 
 
 def test_bench_baseline_rows_are_greedy_and_capped_at_each_drafters_block_size(setup):
-    from nanodflash.baselines import ARDrafter, NoFeatureDrafter
+    from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
     target, drafter, _, _ = setup
     extra = {"ar": ARDrafter(drafter.config, target), "nofeat": NoFeatureDrafter(drafter.config, target)}
     methods = bench.default_methods(drafter, extra)

@@ -66,7 +66,7 @@ def test_context_extended_in_pieces_equals_context_extended_at_once(target, draf
     for a, b in [(0, 7), (7, 8), (8, 30)]:
         drafter.extend(pieces, feats[:, a:b])                                   # queued, projected by the draft pass
         drafter.extend(flushed, feats[:, a:b])
-        drafter.flush(flushed)                                                  # projected at once
+        drafter.project_context(flushed)                                                  # projected at once
     block = torch.tensor([[5] + [drafter.config.mask_token_id] * 15])
     ref = drafter.block_logits(whole, block)
     torch.testing.assert_close(drafter.block_logits(pieces, block), ref, rtol=0, atol=1e-12,
@@ -81,7 +81,7 @@ def test_drafting_leaves_the_context_cache_untouched(target, drafter):
     _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
     cache = drafter.new_cache(64)
     drafter.extend(cache, feats)
-    drafter.flush(cache)
+    drafter.project_context(cache)
     before = cache.k[:, :, :, :10].clone()
     drafter.block_logits(cache, torch.tensor([[3] + [drafter.config.mask_token_id] * 15]))
     assert cache.length == 10, "drafting must not grow the context cache (block K/V are scratch past its length)"

@@ -9,10 +9,10 @@ import pytest
 
 import sample
 import train_tiny
-from nanodflash import baselines, bench
+from nanodflash.tools import baselines, bench
 
-MAIN = {"train_tiny.py": train_tiny.main, "sample.py": sample.main, "nanodflash.bench": bench.main,
-        "nanodflash.baselines": baselines.main}
+MAIN = {"train_tiny.py": train_tiny.main, "sample.py": sample.main, "nanodflash.tools.bench": bench.main,
+        "nanodflash.tools.baselines": baselines.main}
 N_CPU = os.cpu_count() or 1
 
 # (script, flags, what its error line must say); one row per numeric flag at least, several where the
@@ -95,13 +95,13 @@ CASES = [
     ("sample.py", ["--seed", "4294967296"], "argument --seed: must be an integer in [0, 4294967295], got 4294967296"),
     ("sample.py", ["--threads", "0"], f"argument --threads: must be an integer in [1, {N_CPU}], got 0"),
     ("sample.py", ["--threads", str(N_CPU + 1)], f"argument --threads: must be an integer in [1, {N_CPU}]"),
-    ("nanodflash.bench", ["--n_prompts", "0"], "argument --n_prompts: must be an integer in [1, 10000], got 0"),
-    ("nanodflash.bench", ["--max_new_tokens", "1"], "argument --max_new_tokens: must be an integer in [2, 1000000], "
+    ("nanodflash.tools.bench", ["--n_prompts", "0"], "argument --n_prompts: must be an integer in [1, 10000], got 0"),
+    ("nanodflash.tools.bench", ["--max_new_tokens", "1"], "argument --max_new_tokens: must be an integer in [2, 1000000], "
                                                     "got 1"),
-    ("nanodflash.bench", ["--seed", "-3"], "argument --seed: must be an integer in [0, 4294967295], got -3"),
-    ("nanodflash.bench", ["--threads", "-1"], f"argument --threads: must be an integer in [1, {N_CPU}], got -1"),
-    ("nanodflash.baselines", ["--steps", "0"], "argument --steps: must be an integer in [1, 1000000], got 0"),
-    ("nanodflash.baselines", ["--eval_prompts", "0"], "argument --eval_prompts: must be an integer in [1, 10000], got 0"),
+    ("nanodflash.tools.bench", ["--seed", "-3"], "argument --seed: must be an integer in [0, 4294967295], got -3"),
+    ("nanodflash.tools.bench", ["--threads", "-1"], f"argument --threads: must be an integer in [1, {N_CPU}], got -1"),
+    ("nanodflash.tools.baselines", ["--steps", "0"], "argument --steps: must be an integer in [1, 1000000], got 0"),
+    ("nanodflash.tools.baselines", ["--eval_prompts", "0"], "argument --eval_prompts: must be an integer in [1, 10000], got 0"),
 ]
 
 
@@ -119,8 +119,8 @@ def test_a_bad_numeric_flag_stops_the_script_before_any_work_with_one_line_namin
 
 @pytest.mark.parametrize("script", sorted(MAIN))
 def test_every_numeric_flag_of_every_script_is_in_the_sweep(script, monkeypatch):
-    module = {"train_tiny.py": train_tiny, "sample.py": sample, "nanodflash.bench": bench,
-              "nanodflash.baselines": baselines}[script]
+    module = {"train_tiny.py": train_tiny, "sample.py": sample, "nanodflash.tools.bench": bench,
+              "nanodflash.tools.baselines": baselines}[script]
     parsers = []
 
     def capture(parser, *args, **kwargs):               # keep the parser the script builds, run nothing

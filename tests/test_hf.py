@@ -19,8 +19,9 @@ transformers = pytest.importorskip("transformers", reason="a test dependency: ru
 dflash_model = pytest.importorskip("dflash.model", reason="a test dependency: run the README's test command")
 
 import nanodflash  # noqa: E402
-from nanodflash import checkpoint, hf  # noqa: E402
-from nanodflash.baselines import ARDrafter  # noqa: E402
+from nanodflash import checkpoint  # noqa: E402
+from nanodflash.tools import hf  # noqa: E402
+from nanodflash.tools.baselines import ARDrafter  # noqa: E402
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter  # noqa: E402
 from nanodflash.drafter import Drafter, DrafterConfig  # noqa: E402
 from nanodflash.sampling import DraftRule  # noqa: E402

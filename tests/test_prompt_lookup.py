@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_target
-from nanodflash.prompt_lookup import PromptLookupDrafter, lookup
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter, lookup
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
 

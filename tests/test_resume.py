@@ -151,7 +151,7 @@ def test_a_real_sigint_finishes_the_step_saves_and_exits_130_with_the_resume_hin
 
 
 def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
-    from nanodflash import baselines, checkpoint as ckpt
+    from nanodflash.tools import baselines, checkpoint as ckpt
     target, _ = ckpt.load_target(str(smoke_out / "target.pt"))
     drafter, _ = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)
     data = ckpt.read(str(smoke_out / "data.pt"), "generated data")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conftest import tiny_drafter, tiny_target
-from nanodflash.baselines import ARDrafter, NoFeatureDrafter
-from nanodflash.prompt_lookup import PromptLookupDrafter
+from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from test_dflash2 import tiny_dflash2, uniform_q
 from test_sampling_exact import ALPHA, V, chi_square_p_value, exact_distribution, speculative_counts
 

@@ -70,8 +70,8 @@ def test_drafter_context_cache_matches_a_fresh_extend(target, drafter):
     _, feats = target(torch.tensor([seq]), layer_ids=drafter.config.target_layer_ids)
     fresh = drafter.new_cache(128)
     drafter.extend(fresh, feats)
-    drafter.flush(fresh)
-    drafter.flush(stats.draft_cache)                       # the last verified positions are still queued
+    drafter.project_context(fresh)
+    drafter.project_context(stats.draft_cache)                       # the last verified positions are still queued
     n = len(seq)
     torch.testing.assert_close(stats.draft_cache.k[:, :, :, :n], fresh.k[:, :, :, :n], rtol=0, atol=1e-10,
                                msg="incremental drafter context K differs from projecting the whole context at once")

@@ -60,7 +60,7 @@ def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_gree
 def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, capsys):
     import nanodflash
     from nanodflash.checkpoint import read
-    from nanodflash.summary import print_summary
+    from nanodflash.tools.summary import print_summary
     _, target, drafter = nanodflash.load(str(smoke_out))
     data = read(str(smoke_out / "data.pt"), "generated data")
     prompts = [s[:8] for s in data["val"][:3].tolist()]

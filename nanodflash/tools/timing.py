@@ -4,15 +4,15 @@
     median_time(fn, device, n)   median seconds of n calls of fn() after one warm-up call
     ForwardCounter(module)       counts module's forward calls with a hook (a context manager)
     DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
-
-This module imports nothing from nanodflash: drafters, benchmark and notebooks all depend on it, never
-the other way round.
+    side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
 """
 
 import statistics
 import time
 
 import torch
+
+from ..speculative import generate, speculative_generate
 
 
 def sync(device):
@@ -59,3 +59,28 @@ class ForwardCounter:
 def DraftForwardCounter(drafter):
     """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never does)."""
     return ForwardCounter(drafter.norm)
+
+
+def side_by_side(target, drafter, prompts, new_tokens, block_size, runs=None, temperature=0.0, top_p=None,
+                 verifier="match"):
+    """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
+    Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
+    speculative run's acceptance lengths (for τ by position, bands.py). temperature > 0: both sample (prompt i
+    with seed i; the speculative side with `verifier`), and the outputs, samples, are not compared."""
+    t_plain = t_spec = 0.0
+    emitted = steps = 0
+    kw = dict(temperature=temperature, top_p=top_p)
+    for i, p in enumerate(prompts):
+        t0 = time.perf_counter()
+        ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
+        t1 = time.perf_counter()
+        out, stats = speculative_generate(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier,
+                                          generator=torch.Generator().manual_seed(i), **kw)
+        t2 = time.perf_counter()
+        emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
+        if runs is not None:
+            runs.append(stats.acceptance_lengths)
+        if temperature == 0 and out != ref:
+            raise AssertionError("speculative greedy output differs from plain greedy decoding")
+        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
+    return t_plain, t_spec, emitted / max(steps, 1)

@@ -1,7 +1,7 @@
 """From nanodflash to the real thing: export to, and import from, Hugging Face Qwen3 + official DFlash folders.
 
-    python -m nanodflash.hf export --out out --to out_hf      # out_hf/target/ and out_hf/drafter/
-    tok, target, drafter = nanodflash.hf.load("out_hf/target", "out_hf/drafter")   # like nanodflash.load
+    python -m nanodflash.tools.hf export --out out --to out_hf      # out_hf/target/ and out_hf/drafter/
+    tok, target, drafter = nanodflash.tools.hf.load("out_hf/target", "out_hf/drafter")   # like nanodflash.load
 
 `target/` is a Qwen3ForCausalLM folder (config.json, model.safetensors, generation_config.json, tokenizer.json
 + tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
@@ -22,13 +22,13 @@ import os
 import torch
 from safetensors.torch import load_file, save_file
 
-from . import checkpoint
-from .checkpoint import DRAFTER_KINDS
-from .dflash2 import DFlash2Drafter
-from .drafter import default_target_layer_ids
-from .gpt import GPT, GPTConfig
+from .. import checkpoint
+from ..checkpoint import DRAFTER_KINDS
+from ..dflash2 import DFlash2Drafter
+from ..drafter import default_target_layer_ids
+from ..gpt import GPT, GPTConfig
 from .hf_tokenizer import from_tokenizer_json, to_tokenizer_json
-from .tokenizer import ENDOFTEXT
+from ..tokenizer import ENDOFTEXT
 
 ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
 DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")

@@ -6,7 +6,8 @@ this process) and every greedy speculative output is checked against plain greed
 
 from .bands import format_bands, tau_by_band
 from .bench_methods import SAMPLED, SAMPLED_B
-from .train_drafter import measure_tau, side_by_side, slot_accuracy
+from ..train_drafter import measure_tau, slot_accuracy
+from .timing import side_by_side
 
 
 def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist, draft_hist,

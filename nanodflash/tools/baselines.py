@@ -1,7 +1,7 @@
 """Baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter.
 
-    python -m nanodflash.baselines --out out     # trains them next to out/drafter.pt, prints their τ
-    python -m nanodflash.bench --out out         # then gains their rows and a draft-cost curve
+    python -m nanodflash.tools.baselines --out out     # trains them next to out/drafter.pt, prints their τ
+    python -m nanodflash.tools.bench --out out         # then gains their rows and a draft-cost curve
 
 Besides the two below, it trains the DFlash kind that out/drafter.pt is not (DFlash 1 beside a DFlash 2
 drafter, or the other way round), with the same data, recipe and steps, so the two compare fairly.
@@ -49,11 +49,11 @@ from dataclasses import fields
 
 import torch
 
-from . import checkpoint as ckpt
+from .. import checkpoint as ckpt
 from .cli import MAX_COUNT, ints
-from .dflash2 import DFlash2Drafter
-from .drafter import Drafter, training_mask
-from .train_drafter import measure_tau, slot_accuracy, train_drafter
+from ..dflash2 import DFlash2Drafter
+from ..drafter import Drafter, training_mask
+from ..train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
@@ -85,9 +85,14 @@ class ARDrafter(Drafter):
         later chain slots attend to and the next verified context overwrites."""
         device = cache.k.device
         tokens, probs, token = [], [], anchor
+        self.project_context(cache)
         for j in range(n_draft):
+            pos = cache.length + j                                                     # chain slot j's position
             x = self.target.embed_tokens(torch.tensor([[token]], device=device))     # (1, 1, D)
-            x = self.cached_pass(cache, x, offset=j)                                   # sees context + chain slots 0..j
+            cos, sin = self._rope(torch.arange(pos, pos + 1, device=device), x.dtype)
+            for i, layer in enumerate(self.layers):                                    # sees context + slots 0..j
+                x, k, v = layer(x, cache.k[i, :, :, :pos], cache.v[i, :, :, :pos], cos, sin, None)
+                cache.write(i, pos, k, v)
             t, q = choose(self.target.lm_head(self.norm(x))[0])                        # (1, V) -> (1,), (1, V)
             tokens.append(t)
             probs.append(q)
@@ -109,7 +114,7 @@ class ARDrafter(Drafter):
         mask = causal_training_mask(anchors, S, n).unsqueeze(1)                        # (N, 1, K*n, S+K*n)
         for layer in self.layers:
             ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
-            x = self._layer(layer, x, ctx_k, ctx_v, cos_b, sin_b, mask)
+            x, _, _ = layer(x, ctx_k, ctx_v, cos_b, sin_b, mask)
         logits = self.target.lm_head(self.norm(x)).view(N, K, n, -1)                  # (N, K*n, V) -> (N, K, n, V)
         return torch.cat([torch.zeros_like(logits[:, :, :1]), logits], dim=2)         # (N, K, B, V)
 
@@ -129,15 +134,24 @@ class NoFeatureDrafter(Drafter):
         """The block attends to its own slots only, at the positions after the context."""
         x = self.target.embed_tokens(block)                                               # (1, b, D)
         cos, sin = self._rope(torch.arange(cache.length, cache.length + block.size(1), device=x.device), x.dtype)
-        none = x.new_zeros(1, self.config.n_kv_head, 0, self.config.head_dim)            # no context keys
         for layer in self.layers:
-            x = self._layer(layer, x, none, none, cos, sin, None)
+            x, _, _ = layer(x, *self._no_context(x), cos, sin, None)
         return self.target.lm_head(self.norm(x))
 
-    def _layer(self, layer, x, ctx_k, ctx_v, cos, sin, mask):
-        S = ctx_k.size(2)                     # drop the context keys, and their columns of the training mask
-        return super()._layer(layer, x, ctx_k[:, :, :0], ctx_v[:, :, :0], cos, sin,
-                              None if mask is None else mask[..., S:])
+    def hidden(self, features, input_ids, anchors):
+        """Drafter.hidden with no context keys: each block sees its own slots (the training mask's block part)."""
+        N, S, _ = features.shape
+        K, B = anchors.size(1), self.config.block_size
+        x, cos, sin = self.training_blocks(input_ids, anchors)                   # (N, K*B, D), (N, 1, K*B, hd)
+        mask = training_mask(anchors, S, B).unsqueeze(1)[..., S:]                # (N, 1, K*B, K*B)
+        for layer in self.layers:
+            x, _, _ = layer(x, *self._no_context(x), cos, sin, mask)
+        return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
+
+    def _no_context(self, x):
+        """Empty context keys/values (N, Hkv, 0, hd) for x (N, T, D)."""
+        none = x.new_zeros(x.size(0), self.config.n_kv_head, 0, self.config.head_dim)
+        return none, none
 
 
 KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT),     # and the DFlash kind that drafter.pt
@@ -155,7 +169,7 @@ save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind
 
 def load_baseline(path, target, kind, device="cpu"):
     """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's checks."""
-    make = "python -m nanodflash.baselines"
+    make = "python -m nanodflash.tools.baselines"
     return ckpt.load_drafter(path, target, device, cls=KINDS[kind][0], kind=kind, make=make,
                              retrain=f"{make} --out DIR --fresh")
 
@@ -274,7 +288,7 @@ def main(argv=None):
         full, nofeat = taus[f"{kind} B={B}"], taus[f"dflash no-features B={B}"]
         print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
               "(the paper: ~40% lower)")
-    print(f"speed side by side: python -m nanodflash.bench --out {args.out}")
+    print(f"speed side by side: python -m nanodflash.tools.bench --out {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one process.
 
-    python -m nanodflash.bench --out out [--json bench.json]     # the table, the step costs, the ceiling
+    python -m nanodflash.tools.bench --out out [--json bench.json]     # the table, the step costs, the ceiling
 
 All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
 after a warm-up. Reported per row:
@@ -12,7 +12,7 @@ after a warm-up. Reported per row:
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
 Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16/auto", or
 "dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup
-k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.baselines`
+k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.tools.baselines`
 trains, "ar k=3/7/15" and "dflash no-features"; with any other DFlash-style drafter of kind K passed in,
 "K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p 0.95 (how people sample): plain, and each
 DFlash-style drafter with each verifier (sampled rows at B=4, the drafter's B and B=auto). When the run made a
@@ -50,9 +50,9 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method, sampling_drafters)
-from .checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
+from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
-from .data import val_prompts
+from ..data import val_prompts
 from .timing import ForwardCounter, sync
 
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",   # the methods
@@ -189,7 +189,7 @@ def main(argv=None, extra=None):
     where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
              else torch.cuda.get_device_name())
     machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
-    print(f"nanodflash.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
+    print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {machine}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
     print(format_table(rows))

@@ -4,7 +4,7 @@
 ranges are argparse's job (cli.py). `parse_layer_ids("1,5,9", n_layer)` reads --target_layer_ids.
 """
 
-from .dflash2 import DFlash2Config
+from ..dflash2 import DFlash2Config
 
 
 def context_window(seq_len):

@@ -1,6 +1,6 @@
 """τ by position band: does the drafter keep up as a generation gets longer?
 
-    from nanodflash.bands import tau_by_band, measure_bands, format_bands
+    from nanodflash.tools.bands import tau_by_band, measure_bands, format_bands
     _, stats = speculative_generate(target, drafter, prompt, 480)
     tau_by_band([stats.acceptance_lengths])        # {(0, 96): 4.1, (96, 240): 3.3, (240, 480): 3.0}
 
@@ -11,7 +11,7 @@ step that crosses a boundary is not split: τ is a per-step quantity). τ of a b
 its steps / its steps, pooled over prompts, as `train_drafter.measure_tau` pools.
 """
 
-from .speculative import speculative_generate
+from ..speculative import speculative_generate
 
 BANDS = ((0, 96), (96, 240), (240, 480))      # tokens 1-96, 97-240, 241-480
 

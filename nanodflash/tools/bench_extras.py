@@ -18,11 +18,11 @@
 
 import torch
 
-from .block_policy import SLOT_COST, STEP_COST
-from .sampling import DraftRule
-from .speculative import generate, speculative_generate
+from ..block_policy import SLOT_COST, STEP_COST
+from ..sampling import DraftRule
+from ..speculative import generate, speculative_generate
 from .timing import DraftForwardCounter, median_time
-from .verify import rejection_verify
+from ..verify import rejection_verify
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
 

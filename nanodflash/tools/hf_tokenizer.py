@@ -19,7 +19,7 @@ import unicodedata
 
 import tiktoken
 
-from .tokenizer import SPLIT_PATTERN
+from ..tokenizer import SPLIT_PATTERN
 
 
 def byte_to_char():

@@ -1,14 +1,14 @@
 """The benchmark's methods (its rows): plain decoding, DFlash with a drafter, prompt lookup, at any temperature.
 
 A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
--> (tokens, SpecStats or None)`; `default_methods` lists the rows `python -m nanodflash.bench` runs.
+-> (tokens, SpecStats or None)`; `default_methods` lists the rows `python -m nanodflash.tools.bench` runs.
 """
 
 from collections import namedtuple
 
 from .baselines import AR_KS
 from .prompt_lookup import PromptLookupDrafter
-from .speculative import generate, speculative_generate
+from ..speculative import generate, speculative_generate
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
 NOT_DFLASH = ("ar", "nofeat")    # extra drafter kinds that are not DFlash-style (no block logits to select from)
