@@ -1,0 +1,358 @@
+"""Batched decoding: many prompts at once, one target pass per step for the whole batch.
+
+    outs = generate_batch(target, prompts, max_new_tokens, temperature=0.0, ...)
+    outs, stats = speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, ...)
+
+Every row is exactly what batch 1 gives for that prompt alone (speculative.py): token-identical when greedy,
+the target's distribution when sampling (each row is verified with batch 1's rules, verify.py).
+
+The layout is RAGGED: each row keeps its own length, its keys contiguous from column 0 of its cache row, and a
+step writes row r's new keys at columns len_r.. (a scatter), at RoPE positions len_r.., with a mask that hides
+the columns a row has not filled. We chose this over right-aligning the rows behind padding because rows
+accept different numbers of drafts every step: right-alignment would shift every row's whole cache each step
+(or let the padding grow by the rejected drafts), while per-row lengths make rejecting a draft as cheap as at
+batch 1 (a row's length simply does not move past it). A row that is done (stop token or max_new_tokens)
+leaves the batch at the next step, so it costs nothing from then on.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .block_policy import DECAY, AdaptiveBlockSize
+from .gpt import KVCache
+from .sampling import DraftRule, next_token
+from .speculative import VERIFIERS, SpecStats, _check_request, _first_stop, _verify
+
+# The cost model of block_size="auto": seconds of one forward, in units of a (1 row, 1 token) target forward.
+# Measured by `python -m nanodflash.tools.bench_batch --costs_only` (docs/batching.md) on the default 24 x 128
+# target and dflash2 drafter, CPU, 1 thread, context 64; linear in between, the last two rows extrapolated.
+COST_TOKENS = (1, 4, 8, 16)                     # tokens per row of the measured forwards
+TARGET_COST = {1: (0.99, 1.18, 1.34, 1.52),    # target forward of R rows x t tokens (with the ragged mask)
+               4: (1.21, 1.65, 2.00, 2.76),
+               8: (1.49, 2.12, 2.98, 4.20),
+               16: (2.09, 3.39, 5.01, 7.55),
+               32: (3.31, 5.57, 8.52, 13.68)}
+DRAFT_COST = {1: (0.10, 0.20, 0.22, 0.25),     # drafter pass of R rows x t slots + projecting the new context
+              4: (0.15, 0.40, 0.45, 0.55),     # (placeholders until measured: see docs/batching.md)
+              8: (0.20, 0.60, 0.70, 0.90),
+              16: (0.30, 1.00, 1.20, 1.60),
+              32: (0.50, 1.80, 2.20, 3.00)}
+
+
+def _line(xs, ys, x):
+    """Piecewise-linear y(x) through the points (xs, ys), the end segments extended past the ends."""
+    i = max(1, min(len(xs) - 1, sum(xi < x for xi in xs)))
+    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+
+def _interp(table, rows, t):
+    """A cost table at `rows` rows x t tokens: linear in t for every measured row count, then linear in rows."""
+    counts = sorted(table)
+    return _line(counts, [_line(COST_TOKENS, table[r], t) for r in counts], rows)
+
+
+def step_cost(rows, t):
+    """A speculative step of `rows` rows with blocks of t tokens (t = 1: no drafts), in (1 row, 1 token) forwards."""
+    return _interp(TARGET_COST, rows, t) + (_interp(DRAFT_COST, rows, t) if t > 1 else 0.0)
+
+
+class BatchBlockSize(AdaptiveBlockSize):
+    """block_policy's rule with a batch's costs: draft n tokens per row when E(n) tokens per row for a step of
+    cost step_cost(rows, n + 1) beat one token per row for a plain batched step; alpha is pooled over the rows."""
+
+    def next_for(self, rows):
+        self.rows = rows
+        return self.next()
+
+    def cost(self, n):                                      # in plain batched steps of this many rows
+        return step_cost(self.rows, n + 1) / _interp(TARGET_COST, self.rows, 1)
+
+    def update_rows(self, pairs):
+        """pairs: (n_drafts, n_accepted) of every row of one step; one decay per step, whatever the batch."""
+        pairs = [(n, a) for n, a in pairs if n > 0]
+        if not pairs:
+            return super().update(0, 0)
+        self.accepted = DECAY * self.accepted + sum(a for _, a in pairs)
+        self.reached = DECAY * self.reached + sum(n if a >= n else a + 1 for n, a in pairs)
+
+
+class RaggedKVCache(KVCache):
+    """A KVCache whose rows have their own lengths (`lengths`, a list); `length` is the longest row.
+
+    Before a forward of t tokens per row, `slots(t)` gives the positions (R, t) = len_r + i and the mask
+    (R, 1, t, length + t): row r's query i sees columns <= len_r + i. `write` (called by GPT.forward with
+    start = length) puts row r's new keys at those positions; `advance(counts)` keeps counts[r] of them."""
+
+    def __init__(self, config, rows, max_len, device=None, dtype=torch.float32):
+        super().__init__(config, rows, max_len, device, dtype)
+        self.lengths = [0] * rows
+
+    def slots(self, t):
+        self.length = max(self.lengths)
+        lens = torch.tensor(self.lengths, device=self.k.device)
+        self._pos = lens[:, None] + torch.arange(t, device=self.k.device)                    # (R, t)
+        cols = torch.arange(self.length + t, device=self.k.device)
+        return self._pos, (cols[None, None, :] <= self._pos[:, :, None])[:, None]          # (R, 1, t, L+t)
+
+    def write(self, layer, start, k, v):
+        if min(self.lengths) == start:                      # every row at the same length: a slice, as at batch 1
+            return super().write(layer, start, k, v)
+        if self.length + k.size(2) > self.max_len:
+            raise ValueError(f"KV cache overflow: {self.length + k.size(2)} columns > max_len={self.max_len}")
+        index = self._pos[:, None, :, None].expand_as(k)                                   # (R, Hkv, t, hd)
+        self.k[layer].scatter_(2, index, k)
+        self.v[layer].scatter_(2, index, v)
+        end = start + k.size(2)
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def advance(self, counts):
+        self.lengths = [n + c for n, c in zip(self.lengths, counts)]
+        self.length = max(self.lengths)
+
+    def keep(self, rows):
+        """Drop every row not in `rows` (indices): a finished row costs nothing from then on."""
+        index = torch.tensor(rows, device=self.k.device)
+        self.k, self.v = self.k[:, index], self.v[:, index]
+        self.lengths = [self.lengths[i] for i in rows]
+        self.length = max(self.lengths)
+
+
+@dataclass
+class BatchStats:
+    rows: list = field(default_factory=list)          # one SpecStats per prompt, in prompt order
+    batch_rows: list = field(default_factory=list)    # rows still in the batch at each step
+    block_sizes: list = field(default_factory=list)   # the step's block (anchor + drafts; a row may use fewer)
+    target_forwards: int = 0                          # prefill + one verify per step, for the whole batch
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    prefill_time: float = 0.0
+
+    @property
+    def taus(self):
+        return [s.tau for s in self.rows]
+
+    @property
+    def tau(self):
+        """Mean acceptance length over every row's steps."""
+        lengths = [a for s in self.rows for a in s.acceptance_lengths]
+        return sum(lengths) / len(lengths) if lengths else 0.0
+
+
+class _Batch:
+    """The rows of one batched generation: prompts, outputs, the target's ragged cache; plain batched steps."""
+
+    def __init__(self, target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
+                 layer_ids=None, slack=1):
+        if len(prompts) == 0:
+            raise ValueError("the batch is empty: give at least one prompt")
+        checked = []
+        for i, p in enumerate(prompts):
+            try:
+                checked.append(_check_request(target, p, max_new_tokens, temperature, top_k, top_p, stop_token_ids))
+            except ValueError as e:
+                raise ValueError(f"prompt {i} of the batch: {e}") from None
+        self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
+        self.sampling = (temperature, top_k, top_p)
+        self.stops = checked[0][1]
+        self.prompts = [p[0].tolist() for p, _ in checked]
+        self.device = checked[0][0].device
+        self.rows = list(range(len(prompts)))           # the prompt index of every row still in the batch
+        self.outs = [[] for _ in prompts]
+        self.window = target.config.max_seq_len
+        self.max_len = min(self.window, max(map(len, self.prompts)) + max_new_tokens + slack)
+        self.cache = RaggedKVCache(target.config, len(prompts), self.max_len, self.device,
+                                   next(target.parameters()).dtype)
+
+    def forward(self, tokens):
+        """tokens (R, t), one row per batch row, at each row's next positions -> logits (R, t, V), features."""
+        positions, mask = self.cache.slots(tokens.size(1))
+        return self.target(tokens, self.cache, layer_ids=self.ids, positions=positions, mask=mask)
+
+    def prefill(self):
+        """Every prompt in one forward, right-padded to the longest (the padding's keys are never seen)."""
+        P = [len(p) for p in self.prompts]
+        tokens = torch.zeros(len(P), max(P), dtype=torch.long, device=self.device)        # (R, P_max)
+        for r, p in enumerate(self.prompts):
+            tokens[r, : len(p)] = torch.tensor(p)
+        logits, feats = self.forward(tokens)
+        self.cache.advance(P)                                                             # lengths = P_r
+        last = logits[torch.arange(len(P)), torch.tensor(P, device=self.device) - 1]    # (R, V)
+        self.emit([[t] for t in next_token(last.cpu(), *self.sampling, self.generator).tolist()])
+        return feats, P
+
+    def emit(self, new):
+        """new[r]: the tokens row r emits this step."""
+        for r, tokens in zip(self.rows, new):
+            self.outs[r] += tokens
+
+    def done(self, r):
+        return len(self.outs[r]) >= self.max_new or self.outs[r][-1] in self.stops
+
+    def drop_finished(self):
+        """Remove the finished rows from the batch (and from its caches); False when none is left."""
+        keep = [i for i, r in enumerate(self.rows) if not self.done(r)]
+        if len(keep) < len(self.rows) and keep:
+            self.keep(keep)
+        self.rows = [self.rows[i] for i in keep]
+        return bool(self.rows)
+
+    def keep(self, index):
+        self.cache.keep(index)
+
+    def plain_step(self):
+        anchors = torch.tensor([[self.outs[r][-1]] for r in self.rows], device=self.device)   # (R, 1)
+        logits, _ = self.forward(anchors)
+        self.cache.advance([1] * len(self.rows))
+        self.emit([[t] for t in next_token(logits[:, -1].cpu(), *self.sampling, self.generator).tolist()])
+
+
+@torch.no_grad()
+def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None, stop_token_ids=None,
+                   generator=None):
+    """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per prompt."""
+    batch = _Batch(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator)
+    batch.prefill()
+    while batch.drop_finished():
+        batch.plain_step()
+    return batch.outs
+
+
+class SpecBatch(_Batch):
+    """A batched DFlash generation: `prefill()`, then `step()` while `drop_finished()` says rows are left."""
+
+    def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
+                 top_p=None, verifier="match", stop_token_ids=None, generator=None):
+        B = drafter.config.block_size
+        super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
+                         layer_ids=drafter.config.target_layer_ids, slack=B)
+        self.auto = block_size == "auto"
+        self.B = B if block_size is None or self.auto else block_size
+        if isinstance(self.B, str) or int(self.B) != self.B or not 1 <= self.B <= B:
+            raise ValueError(f"block_size must be \"auto\" or an integer in [1, {B}] (the drafter was trained with "
+                             f"block_size={B}), got {block_size!r}")
+        if verifier not in VERIFIERS and not callable(verifier):
+            raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
+        self.sizer = BatchBlockSize(B) if self.auto else None
+        self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
+        sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and temperature > 0
+        self.choose = DraftRule(temperature, sample_drafts, generator)
+        self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, self.cache.k.dtype)
+        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_forwards=1,
+                                batch_rows=[], block_sizes=[])
+
+    def keep(self, index):
+        self.cache.keep(index)
+        self.dcache.keep(index)
+
+    def prefill(self):
+        t0 = time.perf_counter()
+        feats, P = super().prefill()
+        self.extend_context(feats, P)
+        self.stats.prefill_time = time.perf_counter() - t0
+
+    def extend_context(self, feats, counts):
+        """The drafter's context K/V for row r's newest counts[r] verified positions, from feats (R, t, F)."""
+        d = self.drafter
+        h = d.hidden_norm(d.fc(feats[:, : max(counts)]))                                  # (R, t, D)
+        positions, _ = self.dcache.slots(h.size(1))
+        cos, sin = d._rope(positions, h.dtype)                                            # (R, 1, t, hd)
+        for i, layer in enumerate(d.layers):
+            self.dcache.write(i, self.dcache.length, *layer.self_attn.key_value(h, cos, sin))
+        self.dcache.advance(counts)
+
+    def draft(self, T, sizes):
+        """One drafter pass for every row's block [anchor, MASK x (T-1)], row r using its first sizes[r] slots.
+        Returns per row: drafts (sizes[r]-1,) and q (for sampled drafts) or None."""
+        d, R, L = self.drafter, len(self.rows), self.dcache.length
+        block = torch.full((R, T), d.config.mask_token_id, device=self.device)
+        block[:, 0] = torch.tensor([self.outs[r][-1] for r in self.rows], device=self.device)
+        lens = torch.tensor(self.dcache.lengths, device=self.device)
+        sees = torch.cat([torch.arange(L, device=self.device)[None] < lens[:, None],          # (R, L) its context
+                          torch.arange(T, device=self.device)[None] < torch.tensor(sizes, device=self.device)[:, None]], dim=1)
+        cos, sin = d._rope(lens[:, None] + torch.arange(T, device=self.device), self.cache.k.dtype)
+        x = d.target.embed_tokens(block)                                                  # (R, T, D)
+        for i, layer in enumerate(d.layers):
+            x, _, _ = layer(x, self.dcache.k[i, :, :, :L], self.dcache.v[i, :, :, :L], cos, sin, sees[:, None, None])
+        hidden = d.norm(x)[:, 1:]                                                         # (R, T-1, D): the drafts' slots
+        logits = d.target.lm_head(hidden)                                                 # (R, T-1, V)
+        selector = getattr(d, "candidate_selector", None)
+        if selector is None and self.temperature == 0:                                    # DFlash greedy: one argmax
+            best = logits.argmax(-1).cpu()
+            return [best[r, : n - 1] for r, n in enumerate(sizes)], [None] * R
+        drafts, qs = [], []
+        for r, n in enumerate(sizes):                                                     # per row, as at batch 1
+            h, lg = hidden[r, : n - 1], logits[r, : n - 1]
+            if selector is None or n == 1:
+                tokens, q = self.choose(lg)
+            else:                                                                         # DFlash 2: the selector's walk
+                cand, table = selector.transition_table(h, lg, self.outs[self.rows[r]][-1])
+                tokens, q = selector.walk(cand, table, self.choose, h, lg)
+            drafts.append(tokens)
+            qs.append(q)
+        return drafts, qs
+
+    def verify(self, drafts, qs, logits, sizes):
+        """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
+        if self.temperature == 0:                                                         # greedy: all rows at once
+            pred = logits.argmax(-1).cpu()                                                # (R, T)
+            padded = torch.full((len(sizes), pred.size(1) - 1), -1, dtype=torch.long)    # -1 never matches
+            for r, dr in enumerate(drafts):
+                padded[r, : dr.numel()] = dr
+            n_acc = (padded == pred[:, :-1]).long().cumprod(1).sum(1)                     # (R,)
+            return list(zip(n_acc.tolist(), pred.gather(1, n_acc[:, None])[:, 0].tolist()))
+        logits = logits.cpu()
+        return [_verify(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
+                for r, n in enumerate(sizes)]
+
+    def step(self):
+        """One speculative step for every row: draft, verify in one target pass, keep each row's agreed prefix."""
+        R = len(self.rows)
+        left = [self.max_new - len(self.outs[r]) for r in self.rows]
+        T = min(self.sizer.next_for(R) if self.auto else self.B, max(left) + 1, self.window - max(self.cache.lengths))
+        sizes = [min(T, n + 1) for n in left]                                             # drafts may reach the limit
+        t0 = time.perf_counter()
+        drafts, qs = self.draft(T, sizes) if T > 1 else ([torch.zeros(0, dtype=torch.long)] * R, [None] * R)
+        t1 = time.perf_counter()
+        block = torch.zeros(R, T, dtype=torch.long)                                       # (R, T): anchor, drafts, pad
+        for i, (r, dr) in enumerate(zip(self.rows, drafts)):
+            block[i, 0], block[i, 1: 1 + dr.numel()] = self.outs[r][-1], dr
+        logits, feats = self.forward(block.to(self.device))                               # verify every row's block
+        results = self.verify(drafts, qs, logits, sizes)
+        new = []
+        for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
+            tokens = drafts[i][:n_acc].tolist() + [bonus]
+            new.append(tokens[: min(left[i], _first_stop(tokens, self.stops))])          # cut at the limit or a stop
+            s = self.stats.rows[r]
+            s.block_sizes.append(sizes[i])
+            s.acceptance_lengths.append(len(new[-1]))
+            s.accepted_drafts.append(min(n_acc, len(new[-1])))
+        counts = [len(t) for t in new]                                                    # anchor + accepted stay cached
+        self.cache.advance(counts)
+        t2 = time.perf_counter()
+        self.extend_context(feats, counts)                                                # ... and become drafter context
+        self.emit(new)
+        if self.auto:
+            self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
+        st = self.stats
+        st.batch_rows.append(R)
+        st.block_sizes.append(T)
+        st.target_forwards += 1
+        st.verify_time += t2 - t1
+        st.draft_time += (t1 - t0) + (time.perf_counter() - t2)
+
+    def run(self):
+        self.prefill()
+        while self.drop_finished():
+            self.step()
+        return self.outs, self.stats
+
+
+@torch.no_grad()
+def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
+                               top_p=None, verifier="match", stop_token_ids=None, generator=None):
+    """Batched DFlash (or DFlash 2): one drafter pass and one target pass per step for the whole batch.
+    Returns (one token list per prompt, BatchStats with per-row acceptance lengths and τ)."""
+    return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p, verifier,
+                     stop_token_ids, generator).run()
