@@ -87,6 +87,8 @@ class RaggedKVCache(KVCache):
 
     def __init__(self, config, rows, max_len, device=None, dtype=torch.float32):
         super().__init__(config, rows, max_len, device, dtype)
+        self.k.zero_()                  # unlike at batch 1, columns past a row's length ARE read (masked, weight 0):
+        self.v.zero_()                  # never-written memory may hold NaN, and 0 * NaN is NaN
         self.lengths = [0] * rows
 
     def slots(self, t):

@@ -1,0 +1,246 @@
+"""Batched decoding (batch.py): every row is what batch 1 gives for that prompt alone.
+
+Greedy: token-identical to `generate` of the prompt alone, for batches of 1-8 prompts of 1-40 tokens, every
+block size, DFlash and DFlash 2 and an oracle drafter (full, partial and zero acceptance in one step), with rows
+that stop at different steps. Sampling: each row has exactly the target's distribution (chi-square against
+enumeration, as in test_sampling_exact.py; a deliberately wrong verifier must fail the same test). The ragged
+caches hold, row by row, what a fresh batch-1 cache of that row's tokens holds. Bad input names the row.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from conftest import tiny_drafter, tiny_target
+from nanodflash.batch import BatchBlockSize, SpecBatch, generate_batch, speculative_generate_batch, step_cost
+from nanodflash.sampling import DraftRule, probs_from_logits, sample
+from nanodflash.speculative import generate
+from test_dflash2 import tiny_dflash2
+from test_sampling_exact import chi_square_p_value
+
+PROMPTS = [[3], list(range(10, 50)), [7, 1, 4, 1, 5, 9, 2, 6], [60, 2], list(range(30, 5, -1)), [11] * 13,
+           [5, 8, 13, 21, 34], list(range(40, 60))]           # 1 to 40 tokens
+NEW = 30
+BLOCK_SIZES = [1, 2, 4, 8, 16, "auto"]
+
+
+class OracleBatch(SpecBatch):
+    """SpecBatch with an oracle draft: the target's own greedy continuation of each row, right for a random
+    prefix only (then wrong), so one step mixes full, partial and zero acceptance across its rows."""
+
+    def __init__(self, *args, seed=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def draft(self, T, sizes):
+        drafts = []
+        for r, n in zip(self.rows, sizes):
+            right = generate(self.target, self.prompts[r] + self.outs[r], n - 1) if n > 1 else []
+            k = int(torch.randint(0, n, (1,), generator=self.rng))        # 0 .. n-1 right drafts
+            if int(torch.randint(0, 3, (1,), generator=self.rng)) == 0:
+                k = n - 1                                                   # a third of the blocks: all right
+            drafts.append(torch.tensor(right[:k] + [(t + 1) % 64 for t in right[k:]], dtype=torch.long))
+        return drafts, [None] * len(sizes)
+
+
+@pytest.fixture(scope="module")
+def refs(target):
+    return [generate(target, p, NEW) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def drafters(target):
+    return {"dflash": tiny_drafter(target), "dflash2": tiny_dflash2(target, perturb=0.3)}
+
+
+def stops_for(refs):
+    """Two stop tokens that end some rows early, at different places (and leave others to max_new_tokens)."""
+    return [refs[1][6], refs[4][17]]
+
+
+def test_generate_batch_rows_equal_generate_of_each_prompt_alone(target, refs):
+    for n in (1, 3, 8):
+        assert generate_batch(target, PROMPTS[:n], NEW) == refs[:n], f"a row of a {n}-prompt batch diverged"
+    stops = stops_for(refs)
+    expected = [generate(target, p, NEW, stop_token_ids=stops) for p in PROMPTS]
+    assert len({len(e) for e in expected}) > 2, "the stop tokens should end rows at different steps"
+    assert generate_batch(target, PROMPTS, NEW, stop_token_ids=stops) == expected, "rows with stop tokens diverged"
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+@pytest.mark.parametrize("kind", ["dflash", "dflash2", "oracle"])
+def test_greedy_speculative_batch_rows_equal_generate_of_each_prompt_alone(target, drafters, refs, kind, block_size):
+    stops = stops_for(refs)
+    stopped = [generate(target, p, NEW, stop_token_ids=stops) for p in PROMPTS]
+    for n, stop in [(1, None), (4, None), (8, None), (8, stops)]:
+        args = (target, drafters["dflash2" if kind == "dflash2" else "dflash"], PROMPTS[:n], NEW)
+        if kind == "oracle":
+            out, stats = OracleBatch(*args, block_size=block_size, stop_token_ids=stop, seed=n).run()
+        else:
+            out, stats = speculative_generate_batch(*args, block_size=block_size, stop_token_ids=stop)
+        want = (stopped if stop else refs)[:n]
+        bad = [i for i in range(n) if out[i] != want[i]]
+        assert not bad, f"{kind} B={block_size}, {n} prompts, stops={stop}: rows {bad} differ from generate alone"
+        for i, s in enumerate(stats.rows):
+            assert len(out[i]) == 1 + sum(s.acceptance_lengths), f"row {i}: stats miss emitted tokens"
+    if kind == "oracle" and block_size in (8, 16):              # the last run: 8 rows, stop tokens
+        steps = [[(s.acceptance_lengths[k], s.block_sizes[k]) for s in stats.rows if len(s.acceptance_lengths) > k]
+                 for k in range(max(len(s.acceptance_lengths) for s in stats.rows))]
+        mixed = [st for st in steps if any(a == b for a, b in st) and any(1 < a < b for a, b in st)
+                 and any(a == 1 < b for a, b in st)]
+        assert mixed, f"no step had full, partial and zero acceptance together: {steps}"
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target, drafters, kind):
+    drafter = drafters[kind]
+    batch = SpecBatch(target, drafter, PROMPTS, NEW, block_size=4)
+    batch.prefill()
+    for _ in range(3):
+        batch.step()
+    sizes = [16, 3, 1, 16, 7, 2, 16, 9]                            # rows using fewer slots than the block's 16
+    drafts, _ = batch.draft(16, sizes)
+    for i, r in enumerate(batch.rows):
+        context = batch.prompts[r] + batch.outs[r][:-1]
+        cache = drafter.new_cache(128)
+        _, feats = target(torch.tensor([context]), layer_ids=drafter.config.target_layer_ids)
+        drafter.extend(cache, feats)
+        alone, _ = drafter.draft(cache, batch.outs[r][-1], sizes[i] - 1, DraftRule(0.0))
+        assert torch.equal(drafts[i], alone), f"{kind} row {i}: batched drafts {drafts[i].tolist()} != alone {alone.tolist()}"
+
+
+def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens(target, drafters):
+    drafter = drafters["dflash2"]
+    batch = OracleBatch(target, drafter, PROMPTS, NEW, block_size=8, seed=3)
+    batch.prefill()
+    for _ in range(3):
+        batch.step()
+    for i, r in enumerate(batch.rows):
+        tokens = batch.prompts[r] + batch.outs[r][:-1]                  # verified; the last (bonus) is not fed yet
+        n = len(tokens)
+        assert batch.cache.lengths[i] == n, f"row {i}: target cache length {batch.cache.lengths[i]} != {n}"
+        fresh = target.new_cache(1, 128)
+        _, feats = target(torch.tensor([tokens]), fresh, layer_ids=drafter.config.target_layer_ids)
+        for name in ("k", "v"):
+            torch.testing.assert_close(getattr(batch.cache, name)[:, i, :, :n], getattr(fresh, name)[:, 0, :, :n],
+                                       rtol=0, atol=1e-10, msg=f"row {i}: target cache {name} != a fresh prefill's")
+        dfresh = drafter.new_cache(128)
+        drafter.extend(dfresh, feats)
+        drafter.project_context(dfresh)
+        assert batch.dcache.lengths[i] == n, f"row {i}: drafter context length {batch.dcache.lengths[i]} != {n}"
+        torch.testing.assert_close(batch.dcache.k[:, i, :, :n], dfresh.k[:, 0, :, :n], rtol=0, atol=1e-10,
+                                   msg=f"row {i}: drafter context K != projecting the row's features at once")
+
+
+def test_finished_rows_leave_the_batch(target, drafters, refs):
+    stops = [refs[0][0]]                                              # row 0 stops at its first token
+    batch = SpecBatch(target, drafters["dflash"], PROMPTS[:3], NEW, block_size=4, stop_token_ids=stops)
+    out, stats = batch.run()
+    assert out[0] == [refs[0][0]] and stats.rows[0].acceptance_lengths == [], "row 0 should stop at the prefill"
+    assert stats.batch_rows[0] == 3 - sum(refs[i][0] in stops for i in range(3)), "a finished row stayed in the batch"
+    assert stats.batch_rows == sorted(stats.batch_rows, reverse=True), "the batch never grows back"
+
+
+# ----------------------------------------------------------------------------- sampling: exact distributions
+
+V, H, N = 4, 4, 2000
+SAMPLE_PROMPTS = [[1, 2], [3], [0, 3, 1]]                             # rows that differ
+
+
+@pytest.fixture(scope="module")
+def small():
+    target = tiny_target(seed=11, vocab=V, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
+    drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(0.3)              # a softer drafter than the target: q != p, so rejections happen
+    return target, drafter
+
+
+@torch.no_grad()
+def exact(target, prompt, temperature, top_p):
+    """{output: probability} under plain sampling from the target, by enumerating all V^H outputs."""
+    dist = {}
+    for seq in itertools.product(range(V), repeat=H):
+        logits, _ = target(torch.tensor([prompt + list(seq)]))
+        probs = probs_from_logits(logits[0, len(prompt) - 1: -1], temperature, None, top_p)      # (H, V)
+        dist[seq] = float(probs[torch.arange(H), torch.tensor(seq)].prod())
+    return dist
+
+
+def batch_counts(run, seed=0):
+    """{prompt index: {output: count}} from N rows per prompt, all prompts interleaved in the same batches."""
+    g = torch.Generator().manual_seed(seed)
+    counts = [dict() for _ in SAMPLE_PROMPTS]
+    prompts = SAMPLE_PROMPTS * (N // 4)
+    for _ in range(4):
+        for i, o in enumerate(run(prompts, g)):
+            c = counts[i % len(SAMPLE_PROMPTS)]
+            c[tuple(o)] = c.get(tuple(o), 0) + 1
+    return counts
+
+
+def assert_target_distribution(counts, target, temperature, top_p, what):
+    for i, c in enumerate(counts):
+        p = chi_square_p_value(c, exact(target, SAMPLE_PROMPTS[i], temperature, top_p), N)
+        assert p > 1e-4, f"{what}, prompt {i}: chi-square p={p:.2e} -- not the target's distribution"
+
+
+def test_sampled_generate_batch_rows_have_exactly_the_targets_distribution(small):
+    target, _ = small
+    counts = batch_counts(lambda ps, g: generate_batch(target, ps, H, temperature=0.8, top_p=0.9, generator=g))
+    assert_target_distribution(counts, target, 0.8, 0.9, "generate_batch T=0.8 top_p=0.9")
+
+
+@pytest.mark.parametrize("verifier,block_size", [("match", 4), ("rejection", 4), ("rejection", "auto")])
+def test_sampled_speculative_batch_rows_have_exactly_the_targets_distribution(small, verifier, block_size):
+    target, drafter = small
+    lengths = []
+
+    def run(prompts, g):
+        out, stats = speculative_generate_batch(target, drafter, prompts, H, block_size=block_size, temperature=1.0,
+                                                verifier=verifier, generator=g)
+        lengths.extend(a for s in stats.rows for a in s.acceptance_lengths)
+        return out
+    counts = batch_counts(run)
+    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), "both acceptance and rejection must occur"
+    assert_target_distribution(counts, target, 1.0, None, f"{verifier} B={block_size}")
+
+
+def always_accept(drafts, q, p, generator):
+    """WRONG on purpose: keeps every draft, then samples the bonus from the target."""
+    n = drafts.numel()
+    return n, int(sample(p[n], generator))
+
+
+def test_a_deliberately_wrong_verifier_fails_the_same_batched_test(small):
+    target, drafter = small
+    counts = batch_counts(lambda ps, g: speculative_generate_batch(target, drafter, ps, H, block_size=4, temperature=1.0,
+                                                                   verifier=always_accept, generator=g)[0])
+    with pytest.raises(AssertionError, match="not the target's distribution"):
+        assert_target_distribution(counts, target, 1.0, None, "always_accept")
+
+
+# ----------------------------------------------------------------------------- the batch block size, bad input
+
+def test_auto_block_size_drafts_less_as_the_batch_grows_and_not_at_all_when_drafts_fail():
+    sizer = BatchBlockSize(16)
+    sizer.accepted, sizer.reached = 0.9 * 100, 100.0              # a drafter right 90% of the time
+    by_rows = [sizer.next_for(r) for r in (1, 4, 16, 32)]
+    assert by_rows == sorted(by_rows, reverse=True) and by_rows[0] > by_rows[-1], f"blocks by batch size: {by_rows}"
+    sizer.accepted = 0.05 * 100
+    assert [sizer.next_for(r) for r in (1, 32)] == [1, 1], "drafts that are never accepted should not be drafted"
+    assert step_cost(4, 16) > step_cost(4, 1) and step_cost(32, 4) > step_cost(8, 4), "costs grow with rows and tokens"
+
+
+def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
+    d = drafters["dflash"]
+    for fn in (lambda ps, n: generate_batch(target, ps, n), lambda ps, n: speculative_generate_batch(target, d, ps, n)):
+        with pytest.raises(ValueError, match="batch is empty"):
+            fn([], 5)
+        with pytest.raises(ValueError, match="prompt 1 of the batch: the prompt is empty"):
+            fn([[1, 2], [], [3]], 5)
+        with pytest.raises(ValueError, match="prompt 2 of the batch: prompt \\(100 tokens\\) \\+ max_new_tokens \\(30\\) exceeds"):
+            fn([[1], [2] * 10, [3] * 100], 30)
+    with pytest.raises(ValueError, match="block_size must be"):
+        speculative_generate_batch(target, d, [[1]], 5, block_size=17)
