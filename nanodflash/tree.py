@@ -1,0 +1,213 @@
+"""Tree verification: draft a TREE of candidates in one drafter pass, verify all of it in one target pass.
+
+    tokens, stats = tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, ...)
+
+A DFlash step verifies one path of B-1 drafts. But the drafter's single pass already scores the top-K
+candidates of every slot, and DFlash 2's selector even scores every candidate after every candidate of the
+slot before (the (n, K, K) transition table). A tree spends the same one target pass on many paths at once:
+
+    anchor ── the ── cat ── sat          node:   0   1   2   3   4   5   6
+          │      └─ dog                  token:  a  the cat  a  sat dog ...
+          └─ a ─── cat                   parent: -   0   1   0   2   2
+                                         depth:  0   1   2   1   3   2
+
+1. Drafting (`draft_tree`): slot t's children of a node are slot t's top-K candidates, scored by
+   log-softmax of the selector's transition row after that node's token (DFlash 2), or of the slot's own
+   logits, the same for every parent (DFlash 1). A path's score is the sum along it (log of its probability
+   under the drafter), and the tree keeps the `tree_nodes` best paths-prefixes, found best-first. Those
+   form a tree (a prefix never scores below its extensions), the one of largest expected accepted length
+   if the scores were calibrated. One child per node and tree_nodes = B-1 give exactly DFlash's single path.
+2. Verification (`verify_tree`): anchor + nodes go through the target together. Node i sits at RoPE
+   position start + depth[i] and sees the context and its own ancestors only (`tree_mask`): its logits are
+   those of its root-to-node path decoded alone.
+3. Acceptance (`accept_path`): from the root, draw y from the target's p at the node (argmax when greedy)
+   and go to the child whose token is y; when there is none, y is the bonus. Every emitted token is a
+   draw from p after the tokens before it, so the output has exactly the target's distribution.
+4. Bookkeeping (`keep_path`): the accepted nodes' keys/values move to positions start+1, start+2, ...
+   and the rest is cropped: the cache holds exactly what plain decoding would have cached. The drafter's
+   context gets the accepted path's target features.
+"""
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .sampling import probs_from_logits, sample
+from .speculative import SpecStats, _check_request, _first_stop, next_token
+
+DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
+
+
+@dataclass
+class Tree:
+    """Node 0 is the anchor (the root); nodes 1..N are drafts, every parent before its children."""
+    tokens: list            # (N+1,) token ids, tokens[0] = anchor
+    parent: list            # (N+1,) parent node, parent[0] = -1
+    depth: list             # (N+1,) depth[0] = 0; a node at depth d is a draft for the d-th token after the anchor
+    score: list             # (N+1,) the drafter's log-probability of the root-to-node path
+    children: list = field(default_factory=list)   # (N+1,) {token: child node}
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def path(self, node):
+        """Nodes from the root to `node`, both included."""
+        out = [node]
+        while self.parent[out[-1]] >= 0:
+            out.append(self.parent[out[-1]])
+        return out[::-1]
+
+
+@dataclass
+class TreeStats(SpecStats):
+    tree_nodes: list = field(default_factory=list)   # draft nodes verified per step (the anchor not counted)
+
+
+def slot_candidates(drafter, dcache, anchor, n_draft):
+    """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K): logp[t, i, c] = log-prob of
+    candidate c at slot t+1 after candidate i of slot t (for t = 0, after the anchor: every row the same)."""
+    block = drafter.mask_block(dcache, anchor, n_draft)                          # (1, n+1) [anchor, MASK, ...]
+    selector = getattr(drafter, "candidate_selector", None)
+    if selector is not None:                                                     # DFlash 2: the transition table
+        hidden = drafter.block_hidden(dcache, block)[0, 1:]                      # (n, D)
+        cand, table = selector.transition_table(hidden, drafter.target.lm_head(hidden), anchor)
+        return cand.cpu(), table.detach().cpu().log_softmax(-1)                  # (n, K), (n, K, K)
+    logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()          # (n, V) DFlash 1: marginals
+    logp, cand = logits.log_softmax(-1).topk(min(DFLASH1_TOP_K, logits.size(-1)), dim=-1)   # (n, K) each
+    return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                   # the same row for any parent
+
+
+def build_tree(anchor, cand, logp, tree_nodes, branching=None):
+    """Best-first: the tree_nodes highest-scoring path prefixes (at most `branching` children per node).
+
+    cand (n, K), logp (n, K, K) from `slot_candidates`. Lazy expansion keeps the heap small: a node enters the
+    heap when its previous sibling (or, for a first child, its parent) is taken, so each step pushes <= 2."""
+    n, K = cand.shape
+    branching = min(branching or K, K)
+    order = logp.argsort(-1, descending=True)                                    # (n, K, K) children, best first
+    ranked = logp.gather(-1, order).tolist()                                     # their log-probs, same order
+    order, cand = order.tolist(), cand.tolist()
+    tree = Tree([anchor], [-1], [0], [0.0], [{}])
+    heap = [(-ranked[0][0][0], 0, 0, 0, 0)] if n else []   # (-path score, parent node, slot, parent's row, rank)
+    while heap and len(tree) <= tree_nodes:
+        neg, parent, t, row, r = heapq.heappop(heap)
+        c = order[t][row][r]                                                     # the candidate index in slot t
+        node = len(tree)
+        tree.tokens.append(cand[t][c])
+        tree.parent.append(parent)
+        tree.depth.append(t + 1)
+        tree.score.append(-neg)
+        tree.children.append({})
+        tree.children[parent][cand[t][c]] = node
+        if r + 1 < branching:                                                    # the next sibling
+            heapq.heappush(heap, (-(tree.score[parent] + ranked[t][row][r + 1]), parent, t, row, r + 1))
+        if t + 1 < n:                                                            # the first child
+            heapq.heappush(heap, (-(tree.score[node] + ranked[t + 1][c][0]), node, t + 1, c, 0))
+    return tree
+
+
+def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None):
+    """A tree of at most tree_nodes drafts, at most n_draft deep, from one drafter pass."""
+    if n_draft == 0 or tree_nodes == 0:
+        return Tree([anchor], [-1], [0], [0.0], [{}])
+    return build_tree(anchor, *slot_candidates(drafter, dcache, anchor, n_draft), tree_nodes, branching)
+
+
+def tree_mask(parent):
+    """parent (N+1,) -> bool (N+1, N+1): mask[i, j] = node j is node i or one of its ancestors."""
+    n = len(parent)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(n):                                                           # parents come first: copy their
+        if parent[i] >= 0:                                                       # row, add the node itself
+            mask[i] = mask[parent[i]]
+        mask[i, i] = True
+    return mask
+
+
+def verify_tree(target, cache, tree, layer_ids=None):
+    """Anchor + nodes through the target in ONE pass, appended to `cache` (start = cache.length) -> logits
+    (N+1, V) and features (1, N+1, F) or None. Row i: the target's next-token logits after node i's path."""
+    device, start = cache.k.device, cache.length
+    idx = torch.tensor([tree.tokens], device=device)                             # (1, N+1)
+    positions = start + torch.tensor(tree.depth, device=device)                  # (N+1,) RoPE by depth
+    mask = torch.cat([torch.ones(len(tree), start, dtype=torch.bool), tree_mask(tree.parent)], dim=1)
+    logits, feats = target(idx, cache, layer_ids=layer_ids, positions=positions, mask=mask.to(device))
+    return logits[0], feats                                                      # (N+1, V), (1, N+1, F)
+
+
+def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+    """Walk down from the root: y = the target's token at the node (argmax, or a draw from p); go to the child
+    with token y while there is one. -> (accepted path: nodes from the root, bonus token y at its end)."""
+    logits = logits.detach().cpu()                                               # (N+1, V)
+    greedy = logits.argmax(-1).tolist() if temperature == 0 else None
+    node, path = 0, [0]
+    while True:
+        if greedy is not None:
+            y = greedy[node]
+        else:
+            y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+        child = tree.children[node].get(y)
+        if child is None:
+            return path, y
+        node = child
+        path.append(node)
+
+
+def keep_path(cache, start, path):
+    """Move the K/V of the path's nodes (cache positions start + node) to start + 0, 1, ..., crop after them."""
+    nodes = torch.tensor(path, device=cache.k.device) + start
+    cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]          # (L, 1, Hkv, len(path), hd); the
+    cache.v[:, :, :, start:start + len(path)] = cache.v[:, :, :, nodes]          # index copies before it writes
+    cache.crop(start + len(path))
+
+
+@torch.no_grad()
+def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, temperature=0.0,
+                              top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None):
+    """DFlash with tree verification: one drafter pass builds a tree of <= tree_nodes drafts, one target pass
+    verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
+    branching: at most this many children per node (None: the candidates per slot, K)."""
+    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    window = target.config.max_seq_len
+    room = max(1, window - prompt.size(1) - 1)                  # the first verify: prompt + anchor + tree
+    if isinstance(tree_nodes, bool) or int(tree_nodes) != tree_nodes or not 1 <= tree_nodes <= room:
+        raise ValueError(f"tree_nodes must be an integer in [1, {room}]: the first verify pass holds the "
+                         f"{prompt.size(1)}-token prompt, the anchor and the tree in the target's window "
+                         f"(max_seq_len={window}), got {tree_nodes!r}")
+    if branching is not None and (int(branching) != branching or branching < 1):
+        raise ValueError(f"branching must be a positive integer or None, got {branching!r}")
+    B, ids = drafter.config.block_size, drafter.config.target_layer_ids
+    n_max = prompt.size(1) + max_new_tokens
+    cache = target.new_cache(1, min(window, n_max + tree_nodes))               # room for the tree's scratch
+    dcache = drafter.new_cache(n_max)
+    stats, t0 = TreeStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
+    logits, feats = target(prompt, cache, layer_ids=ids)                       # prefill, with features
+    drafter.extend(dcache, feats, prompt)
+    out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]
+    stats.prefill_time = time.perf_counter() - t0
+    while len(out) < max_new_tokens and out[-1] not in stops:
+        left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
+        n_nodes = min(tree_nodes, cache.max_len - start - 1)                  # near the window: a smaller tree
+        t0 = time.perf_counter()
+        tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching)   # depth <= B-1, left
+        t1 = time.perf_counter()
+        logits, feats = verify_tree(target, cache, tree, ids)                 # (N+1, V), one target pass
+        path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
+        new = [tree.tokens[i] for i in path[1:]] + [bonus]
+        new = new[: min(left, _first_stop(new, stops))]                       # cut at the limit / a stop token
+        keep = path[: len(new)]                                               # anchor + accepted drafts kept
+        keep_path(cache, start, keep)
+        t2 = time.perf_counter()
+        drafter.extend(dcache, feats if feats is None else feats[:, keep],
+                       torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device))
+        out += new
+        stats.block_sizes.append(len(tree))
+        stats.tree_nodes.append(len(tree) - 1)
+        stats.acceptance_lengths.append(len(new))
+        stats.accepted_drafts.append(min(len(path) - 1, len(new)))
+        stats.target_forwards += 1
+        stats.verify_time += t2 - t1
+        stats.draft_time += (t1 - t0) + (time.perf_counter() - t2)
+    return out, stats
