@@ -30,6 +30,32 @@ DECAY = 0.9         # the weight of a step's counts falls by this factor per lat
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 
 
+def block_sizes(block_size, max_block_size):
+    """The block size of every step, as one object: `next()` before a step, `update(n_drafts, n_accepted)` after.
+
+    block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto"."""
+    if block_size == "auto":
+        return AdaptiveBlockSize(max_block_size)
+    B = max_block_size if block_size is None else block_size
+    if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
+        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter was "
+                         f"trained with block_size={max_block_size}), got {block_size!r}")
+    return FixedBlockSize(int(B))
+
+
+class FixedBlockSize:
+    """The same block size every step."""
+
+    def __init__(self, block_size):
+        self.block_size = block_size
+
+    def next(self):
+        return self.block_size
+
+    def update(self, n_drafts, n_accepted):
+        pass
+
+
 class AdaptiveBlockSize:
     """Block sizes for one generation: `next()` before each step, `update(n_drafts, n_accepted)` after it."""
 

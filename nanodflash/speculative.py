@@ -12,15 +12,17 @@ The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else
 
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from .block_policy import AdaptiveBlockSize
+from .block_policy import block_sizes
 from .sampling import DraftRule, check_sampling_args, next_token, probs_from_logits
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
+NO_DRAFTS = torch.zeros(0, dtype=torch.long)     # a step without drafts: a plain decoding step inside the loop
 
 
 @dataclass
@@ -28,12 +30,26 @@ class SpecStats:
     acceptance_lengths: list = field(default_factory=list)  # tokens emitted per draft+verify step (bonus included)
     accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (the rest: the bonus)
     block_sizes: list = field(default_factory=list)         # anchor + drafts of each step
-    target_forwards: int = 0                                # prefill + one verify per step
+    target_forwards: int = 1                                # the prefill + one verify per step
     draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
     verify_time: float = 0.0                                # seconds in the target (verify forwards)
     prefill_time: float = 0.0
     target_cache: object = field(default=None, repr=False)  # the caches as the run left them (for inspection)
     draft_cache: object = field(default=None, repr=False)
+
+    def record(self, block_size, emitted, accepted_drafts):
+        """Count one draft + verify step."""
+        self.block_sizes.append(block_size)
+        self.acceptance_lengths.append(emitted)
+        self.accepted_drafts.append(accepted_drafts)
+        self.target_forwards += 1
+
+    @contextmanager
+    def timer(self, name):
+        """Add the seconds spent in the `with` body to the field `name` (draft_time, verify_time, ...)."""
+        t0 = time.perf_counter()
+        yield
+        setattr(self, name, getattr(self, name) + time.perf_counter() - t0)
 
     @property
     def tau(self):
@@ -103,58 +119,49 @@ def _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, gener
     return rejection_verify(drafts, q, p, generator)
 
 
+def draft_rule(verifier, temperature, generator):
+    """How the drafter picks each slot's token: its argmax, or a sample of q for a verifier that needs sampled
+    drafts ("rejection", or a custom verifier callable with the attribute `sample_drafts = True`)."""
+    if verifier not in VERIFIERS and not callable(verifier):
+        raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
+    sample_drafts = temperature > 0 and getattr(verifier, "sample_drafts", verifier == "rejection")
+    return DraftRule(temperature, sample_drafts, generator)
+
+
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                          top_k=None, top_p=None, verifier="match", stop_token_ids=None, generator=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix."""
     prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
-    auto = block_size == "auto"                                                 # chosen per step (block_policy.py)
-    B = drafter.config.block_size if block_size is None or auto else block_size
-    if isinstance(B, str) or int(B) != B or not 1 <= B <= drafter.config.block_size:
-        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {drafter.config.block_size}] "
-                         f"(the drafter was trained with block_size={drafter.config.block_size}), got {block_size!r}")
-    sizer = AdaptiveBlockSize(B) if auto else None
-    if verifier not in VERIFIERS and not callable(verifier):
-        raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
-    greedy, ids = temperature == 0, drafter.config.target_layer_ids
-    # drafts are the drafter's argmax, except for rejection sampling (a custom verifier callable may
-    # ask for sampled drafts with an attribute `samples_drafts = True`)
-    sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and not greedy
-    choose = DraftRule(temperature, sample_drafts, generator)
+    sizer = block_sizes(block_size, drafter.config.block_size)                  # fixed, or "auto" (block_policy.py)
+    choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
-    stats, t0 = SpecStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
-    logits, feats = target(prompt, cache, layer_ids=ids)                        # prefill, with features
-    drafter.extend(dcache, feats, prompt)                                        # context = the whole prompt
-    out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]  # first bonus token
-    stats.prefill_time = time.perf_counter() - t0
+    stats = SpecStats(target_cache=cache, draft_cache=dcache)
+    with stats.timer("prefill_time"):
+        logits, feats = target(prompt, cache, layer_ids=ids)                    # prefill, with features
+        drafter.extend(dcache, feats, prompt)                                    # the context: the whole prompt
+        out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]   # first bonus token
     while len(out) < max_new_tokens and out[-1] not in stops:
-        left = max_new_tokens - len(out)                                         # drafts may reach the last
-        anchor, start = out[-1], cache.length                                    # allowed token (as the official
-        b = min(sizer.next() if auto else B, left + 1)                           # loop does: same blocks, so the
-        # same acceptance lengths); the bonus past the limit is dropped below
-        t0 = time.perf_counter()
-        if b > 1:
-            drafts, q = drafter.draft(dcache, anchor, b - 1, choose)             # b-1 tokens, one drafter pass
-        else:                           # no drafts: a plain step, no drafter pass (its context stays queued)
-            drafts, q = torch.zeros(0, dtype=torch.long), None
-        t1 = time.perf_counter()
+        # Drafts may reach the last allowed token, as the official loop does (so the same blocks and the same
+        # acceptance lengths); a bonus past the limit is dropped below.
+        left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
+        b = min(sizer.next(), left + 1)
+        # b-1 drafts in one drafter pass; with none (b = 1) the step is a plain decoding step
+        with stats.timer("draft_time"):
+            drafts, q = drafter.draft(dcache, anchor, b - 1, choose) if b > 1 else (NO_DRAFTS, None)
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
-        logits, feats = target(block, cache, layer_ids=ids)                      # verify all b in one pass
-        target_logits = logits[0].cpu()                                          # (b, V): after anchor, d_1, ...
-        n_acc, bonus = _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator)
-        new = drafts[:n_acc].tolist() + [bonus]
-        new = new[: min(left, _first_stop(new, stops))]                         # cut at the limit, or right
-        cache.crop(start + len(new))                                             # after a stop token; keep the
-        t2 = time.perf_counter()                                                 # anchor + new tokens but the last
-        drafter.extend(dcache, feats if feats is None else feats[:, : len(new)], block[:, : len(new)])  # -> context
+        with stats.timer("verify_time"):
+            logits, feats = target(block, cache, layer_ids=ids)                  # all b in one target pass
+            n_acc, bonus = _verify(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p, generator)
+            # The accepted drafts and the bonus, cut at the limit or right after a stop token. The target
+            # cache keeps the anchor and every new token but the last, which is the next step's anchor.
+            new = drafts[:n_acc].tolist() + [bonus]
+            new = new[: min(left, _first_stop(new, stops))]
+            cache.crop(start + len(new))
+        with stats.timer("draft_time"):
+            drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])   # verified positions -> context
         out += new
-        if auto:
-            sizer.update(b - 1, n_acc)
-        stats.block_sizes.append(b)
-        stats.acceptance_lengths.append(len(new))
-        stats.accepted_drafts.append(min(n_acc, len(new)))                      # a stop token may cut the bonus off
-        stats.target_forwards += 1
-        stats.verify_time += t2 - t1
-        stats.draft_time += (t1 - t0) + (time.perf_counter() - t2)
+        sizer.update(b - 1, n_acc)
+        stats.record(b, len(new), min(n_acc, len(new)))                        # a stop may cut the bonus off
     return out, stats

@@ -76,7 +76,8 @@ def test_sampled_output_with_auto_block_size_has_exactly_the_targets_distributio
     target, drafter = models      # B = 4, 4 new tokens: a weak prior and dear steps make the sizes jump around
     monkeypatch.setattr(block_policy, "PRIOR_WEIGHT", 0.5)
     monkeypatch.setattr(block_policy, "PLAIN_COST", 1.0)
-    monkeypatch.setattr(speculative, "AdaptiveBlockSize", lambda B: AdaptiveBlockSize(B, slot_cost=0.1, step_cost=1.3))
+    monkeypatch.setattr(block_policy, "SLOT_COST", 0.1)
+    monkeypatch.setattr(block_policy, "STEP_COST", 1.3)
     exact, sizes = exact_distribution(target, 1.0, None, 0.9), set()
     counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes)
     assert 1 in sizes and len(sizes) >= 3, f"{verifier}: the block size did not vary enough to test: {sorted(sizes)}"

@@ -253,7 +253,7 @@ def uniform_q(drafts, q, p, generator):
     return rejection_verify(drafts, torch.full_like(q, 1.0 / q.size(-1)), p, generator)
 
 
-uniform_q.samples_drafts = True
+uniform_q.sample_drafts = True
 
 
 @pytest.mark.parametrize("wrong", [always_accept, uniform_q], ids=lambda f: f.__name__)

@@ -63,9 +63,9 @@ def test_lookup_equals_the_plain_loops_reference_on_random_lists():
             f"lookup differs from the plain-loops reference on {tokens}, n_draft={n_draft}, max_ngram={max_ngram}"
 
 
-def test_prompt_lookup_drafter_drafts_exactly_the_copied_tokens_and_asks_for_no_features(target):
+def test_prompt_lookup_drafter_drafts_exactly_the_copied_tokens(target):
     pl = PromptLookupDrafter(target, n_draft=4, max_ngram=2)
-    assert pl.config.block_size == 5 and pl.config.target_layer_ids is None, f"config {pl.config}"
+    assert pl.config.block_size == 5 and pl.config.target_layer_ids == [0], f"config {pl.config}"
     cache = pl.new_cache(64)
     pl.extend(cache, None, torch.tensor([[3, 9, 4, 1, 2, 5, 9]]))
     seen = []

@@ -68,7 +68,7 @@ def slot1_acceptance_in_the_loop(rule, n_prompts=300):
         n_acc, bonus = rule(drafts, q, p, generator)
         got, want, var = got + (n_acc > 0), want + a, var + a * (1 - a)
         return n_acc, bonus
-    recording.samples_drafts = True
+    recording.sample_drafts = True
     g = torch.Generator().manual_seed(3)
     for i in range(n_prompts):
         speculative_generate(target, drafter, [i % 8, 1], 6, block_size=4, temperature=0.9, top_p=0.95,

@@ -107,7 +107,7 @@ def resample_from_p_on_reject(drafts, q, p, generator):
     return n, int(sample(p[n], generator))
 
 
-resample_from_p_on_reject.samples_drafts = True       # like the rejection rule, it needs drafts sampled from q
+resample_from_p_on_reject.sample_drafts = True       # like the rejection rule, it needs drafts sampled from q
 
 
 @pytest.mark.parametrize("wrong", [always_accept, resample_from_p_on_reject], ids=lambda f: f.__name__)

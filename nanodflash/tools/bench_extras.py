@@ -7,7 +7,7 @@
 2. Draft cost (the paper's Figure 3 in miniature): `draft_cost_curve` times ONE draft step against the
    number of drafted tokens and counts its drafter forward passes (flat for DFlash, linear for AR).
 3. Oracle-selector τ: a DFlash drafter's top-1 is often wrong while the target's token is among its
-   top-16 candidates (DESIGN.md 1b). `oracle_selector_tau` measures the τ a *perfect* candidate selector
+   top-16 candidates (docs/design.md). `oracle_selector_tau` measures the τ a *perfect* candidate selector
    would reach: per slot it drafts the true greedy token when it is among the drafter's top-K logits,
    else the drafter's argmax. It needs the answer (plain greedy output of the same prompt), so it is a
    ceiling to aim at, not a method; greedy speculative output equals plain greedy output, so every
@@ -260,7 +260,7 @@ def slot_acceptance(target, drafter, prompts, max_new_tokens, temperature=0.7, t
             accepted[i] += i < n_acc
             reached[i] += 1
         return n_acc, bonus
-    recording.samples_drafts = True
+    recording.sample_drafts = True
     g = torch.Generator().manual_seed(seed)
     for prompt in prompts:
         speculative_generate(target, drafter, prompt, max_new_tokens, temperature=temperature, top_p=top_p,

@@ -11,7 +11,8 @@ no model at all: one list scan per step.
                        ^^^^^ drafts: X Y Z (up to n_draft)  followed by X Y Z: draft those
 
 `PromptLookupDrafter` speaks the drafter protocol of `speculative_generate` (speculative.py): it asks
-the target for no features (`target_layer_ids = None`), its cache is the list of verified token ids,
+for one target layer's features (the loop hands every drafter features) and ignores them, its cache is
+the list of verified token ids,
 and `draft` hands `choose` one-hot logits, so the greedy and match rules pick exactly the copied
 tokens and the rejection rule sees a one-hot q (exact). Drafts may be fewer than asked, or none; the
 verify step then checks fewer tokens. Greedy output stays token-identical to plain greedy decoding.
@@ -49,14 +50,14 @@ class PromptLookupDrafter:
         if n_draft < 0 or max_ngram < 1:
             raise ValueError(f"need n_draft >= 0 and max_ngram >= 1, got {n_draft} and {max_ngram}")
         self.target, self.max_ngram = target, max_ngram
-        self.config = types.SimpleNamespace(block_size=n_draft + 1, target_layer_ids=None, mask_token_id=-1)
+        self.config = types.SimpleNamespace(block_size=n_draft + 1, target_layer_ids=[0], mask_token_id=-1)
 
     def new_cache(self, max_len):
         """The verified token ids, oldest first (a plain list; `max_len` is not needed)."""
         return []
 
     def extend(self, cache, features, tokens):
-        """Append newly verified ids: tokens (1, t). `features` is None (none were asked for) and unused."""
+        """Append newly verified ids: tokens (1, t). `features` are unused."""
         cache.extend(tokens[0].tolist())
 
     def draft(self, cache, anchor, n_draft, choose):
