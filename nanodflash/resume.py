@@ -14,13 +14,14 @@ never interrupted (same machine, same thread count). A file written with other s
 with a message naming what differs; a corrupt or truncated one is reported and the stage starts over.
 Saving is atomic (checkpoint.atomic_save), and saving the stage checkpoint deletes the file.
 
-Ctrl-C is deferred to the end of the current step: the step finishes, the state is saved, and then
-KeyboardInterrupt is raised as usual. A second Ctrl-C stops at once (the last periodic save stands).
-A killed process (closed lid, killed terminal) loses at most RESUME_EVERY_S seconds of training.
+Ctrl-C, SIGTERM (`kill PID`) and SIGHUP (a closed terminal) are deferred to the end of the current step:
+the step finishes, the state is saved, and then KeyboardInterrupt is raised as for Ctrl-C. A second one
+stops at once (the last periodic save stands). A process killed outright (kill -9, a closed lid) loses at
+most RESUME_EVERY_S seconds of training.
 
     resume = Resume(path, "target", settings, model=model, optimizer=opt, data_order=g, history=history)
     first = resume.restore(steps)                  # 0, or the step the file was saved after
-    with resume.deferring_ctrl_c():
+    with resume.deferring_stop():
         for step in range(first, steps):
             ...                                    # one training step
             resume.step_done(step + 1)             # saves when due, and at Ctrl-C
@@ -39,6 +40,8 @@ from .checkpoint import atomic_save
 
 RESUME_EVERY_S = 45.0   # seconds of training at most lost to a kill; each save costs well under a second
 on_step = None          # test hook: on_step(stage, steps_done) after every step, before the save check
+# the signals that save and stop a stage: Ctrl-C, `kill` and a closed terminal (SIGHUP does not exist on Windows)
+STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
 def data_hash(*tensors):
@@ -121,21 +124,24 @@ class Resume:
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
-    def deferring_ctrl_c(self):
-        """Inside: the first Ctrl-C only asks `step_done` to save and stop; a second one stops at once."""
+    def deferring_stop(self):
+        """Inside: the first Ctrl-C, SIGTERM or SIGHUP (a closed terminal) only asks `step_done` to save and
+        stop; a second one stops at once."""
         def handler(signum, frame):
             if self.ctrl_c:
                 raise KeyboardInterrupt
             self.ctrl_c = True
-            print(f"\n[{self.stage}] Ctrl-C: saving after this step (press again to stop now)", file=sys.stderr)
-        installed = False
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            print(f"\n[{self.stage}] {name}: saving after this step (press Ctrl-C again to stop now)", file=sys.stderr)
+        installed = {}
         if self.path is not None:
             try:
-                previous, installed = signal.signal(signal.SIGINT, handler), True
+                for sig in STOP_SIGNALS:
+                    installed[sig] = signal.signal(sig, handler)
             except ValueError:                      # not the main thread: no handler; periodic saves still happen
                 pass
         try:
             yield self
         finally:
-            if installed:
-                signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+            for sig, previous in installed.items():
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)

@@ -83,7 +83,7 @@ def train_target(model, train_ids, val_ids, steps, batch_size, seq_len, lr, eval
     first = state.restore(steps)
     progress = Progress("target", steps, log_every, start=first)
     model.train()
-    with state.deferring_ctrl_c():
+    with state.deferring_stop():
         for step in range(first, steps):
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, lr)

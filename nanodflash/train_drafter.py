@@ -9,7 +9,8 @@
    cross-entropy of slots 1..B-1 against x_{a+1..a+B-1}, weighted by exp(-(k-1)/gamma); with
    soft_weight > 0, mixed with the cross-entropy against the target's own next-token distribution
    (distill.py; computed in the same one-time target pass as the features).
-3. `evaluate_drafter`: per-slot accuracy on held-out sequences, and τ of real speculative decoding.
+3. `slot_accuracy`: per-slot accuracy and top-k recall on held-out sequences; `measure_tau`: τ of real
+   greedy speculative decoding.
 """
 
 import time
@@ -112,10 +113,9 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
     if long_seqs is not None and long_batch and long_anchors:
         parts.append(dict(seqs=long_seqs, n=long_batch, k=long_anchors))
     blocks = sum(p["n"] * p["k"] for p in parts)
-    settings = dict(kind=getattr(drafter, "kind", None), config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
+    settings = dict(kind=drafter.kind, config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
                     steps=steps, batch_size=batch_size, n_anchors=n_anchors, lr=lr, min_anchor=min_anchor,
-                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every,
-                    **({"soft_weight": soft_weight} if soft_weight else {}),   # old resume files stay valid
+                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every, soft_weight=soft_weight,
                     **({"long": [data_hash(long_seqs), long_batch, long_anchors]} if len(parts) > 1 else {}))
     state = Resume(resume, log_name, settings, model=drafter, optimizer=opt, data_order=g, history=history)
     first = state.restore(steps)
@@ -130,7 +130,7 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
             p["feats"], p["soft"] = _features_and_soft(target, p["seqs"], c.target_layer_ids, use_soft)
             p["feats"] = p["feats"].cpu()
     drafter.train()
-    with state.deferring_ctrl_c():
+    with state.deferring_stop():
         for step in range(first, steps):
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, lr)

@@ -32,11 +32,14 @@ def copy_stages(src, dst, files):
     return dst
 
 
+SIGNALS = {"ctrl-c": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}
+
+
 def interrupt(monkeypatch, stage, at, how):
     def hook(s, step):
         if (s, step) == (stage, at):
-            if how == "ctrl-c":
-                signal.raise_signal(signal.SIGINT)
+            if how in SIGNALS:
+                signal.raise_signal(SIGNALS[how])
             else:
                 raise Killed
     monkeypatch.setattr(resume, "on_step", hook)
@@ -58,15 +61,16 @@ def assert_same_as_uninterrupted(out, ref, files=("target.pt", "drafter.pt")):
         assert a["history"] == b["history"], f"{f}: the history (losses, evals) differs from the uninterrupted run's"
 
 
-def test_ctrl_c_in_the_target_stage_saves_it_and_the_rerun_resumes_there_with_the_same_final_weights(
-        smoke_out, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
+def test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights(
+        smoke_out, tmp_path, monkeypatch, capsys, how):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
-    interrupt(monkeypatch, "target", 12, "ctrl-c")
+    interrupt(monkeypatch, "target", 12, how)
     with pytest.raises(SystemExit) as e:
         train_tiny.cli(["--smoke", "--out", str(out)])
-    assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, "Ctrl-C should end with the resume hint"
+    assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, f"{how} should end with the resume hint"
     assert (out / "target.pt.resume").exists() and not (out / "target.pt").exists(), \
-        "Ctrl-C inside the target stage should leave its resume file, and no target.pt"
+        f"{how} inside the target stage should leave its resume file, and no target.pt"
     printed = rerun(out, monkeypatch, capsys)
     assert "resuming target at step 12 of 30" in printed, f"the rerun should say where it resumes:\n{printed[:600]}"
     assert not (out / "target.pt.resume").exists(), "the resume file should go once target.pt is written"
@@ -136,22 +140,24 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
 
 
-def test_a_real_sigint_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_real_stop_signal_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path, sig):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
     proc = smoke_run_in_training(out)
     try:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, f"expected exit status 130 after Ctrl-C, got {proc.returncode}: {err[-500:]}"
+    assert proc.returncode == 130, f"expected exit status 130 after {sig.name}, got {proc.returncode}: {err[-500:]}"
     assert b"Traceback" not in err and b"rerun the same command to resume" in err, f"unclear message: {err[-500:]}"
     saved = torch.load(out / "target.pt.resume", weights_only=False)
     assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the Ctrl-C save should hold the steps done"
 
 
 def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
-    from nanodflash.tools import baselines, checkpoint as ckpt
+    from nanodflash import checkpoint as ckpt
+    from nanodflash.tools import baselines
     target, _ = ckpt.load_target(str(smoke_out / "target.pt"))
     drafter, _ = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)
     data = ckpt.read(str(smoke_out / "data.pt"), "generated data")
