@@ -15,7 +15,7 @@ from test_dflash2 import tiny_dflash2
 from test_sampling_exact import H, PROMPT, V, chi_square_p_value, exact_distribution
 
 ALPHA = 1e-4
-N_SAMPLES = 600     # the negative control fails with p ~1e-80 at 600 samples: ample power, a third of the time
+N_SAMPLES = 400     # the negative control fails with p ~1e-80 at 600 samples: ample power at 400, fast
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
 
 
