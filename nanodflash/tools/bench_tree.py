@@ -1,0 +1,185 @@
+"""Tree rows benchmark: DFlash 2's single path vs tree verification (tree.py), greedy, side by side in one run.
+
+    python -m nanodflash.tools.bench_tree --out out [--n_prompts 64] [--sizes 16 32 64] [--json tree.json]
+
+Rows (all greedy, interleaved per prompt after a warm-up, by bench.run_benchmark): "plain greedy", the drafter's
+single path "<kind> B=16" (speculative_generate), and "<kind> tree N=16/32/64" (tree_speculative_generate with at
+most N draft nodes a step). Per row: τ (tokens per draft+verify step, the prefill's token not counted), tok/s
+(median over prompts), speedup over plain greedy, draft nodes verified per step, the in-loop draft and verify
+milliseconds per step, and whether every output equals plain greedy's.
+
+After the table:
+    per depth    P(a step accepts >= d drafts), d = 1..B-1, for each speculative row
+    ceiling      at the anchors the single path visited: the fraction of slots d whose true token (plain
+                 greedy's) is among the drafter's top-K candidates, and the fraction where every slot 1..d
+                 holds its true token; 1 + the sum of the latter is the τ of a tree holding every path of
+                 candidates (the best any tree from this drafter pass can do)
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+
+from .bench import PROMPT_LEN, SEED, run_benchmark
+from .bench_methods import Method, kind_of, plain_method
+from .cli import MAX_COUNT, MAX_SEED, ints, threads
+from ..checkpoint import load
+from ..data import val_prompts
+from ..speculative import generate, speculative_generate
+from ..tree import slot_candidates, tree_speculative_generate
+
+N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
+
+
+def recorded(run, record):
+    """Wrap a method's run so that each call's stats land in `record` (a list)."""
+    def wrapped(target, drafter, prompt, max_new_tokens, generator):
+        tokens, stats = run(target, drafter, prompt, max_new_tokens, generator)
+        record.append(stats)
+        return tokens, stats
+    return wrapped
+
+
+def tree_methods(drafter, sizes, block_size, branching=None):
+    """(methods, records): plain greedy, the single path at block_size, one tree row per size."""
+    kind, records = kind_of(drafter), {}
+
+    def single(target, d, prompt, n, g):
+        return speculative_generate(target, d, prompt, n, block_size=block_size)
+
+    def tree(N):
+        return lambda target, d, prompt, n, g: tree_speculative_generate(target, d, prompt, n, tree_nodes=N,
+                                                                         branching=branching)
+    methods = [Method("plain greedy", 0.0, plain_method())]
+    for name, run in [(f"{kind} B={block_size}", single)] + [(f"{kind} tree N={N}", tree(N)) for N in sizes]:
+        records[name] = []
+        methods.append(Method(name, 0.0, recorded(run, records[name])))
+    return methods, records
+
+
+def depth_profile(stats_list, n_depth):
+    """P(a step accepts >= d drafts) for d = 1..n_depth, over every step of every run."""
+    accepted = [a for s in stats_list for a in s.accepted_drafts]
+    return [sum(a >= d for a in accepted) / max(len(accepted), 1) for d in range(1, n_depth + 1)]
+
+
+@torch.no_grad()
+def candidate_ceiling(target, drafter, prompts, references, single_runs):
+    """At each anchor the single path visited: per slot d, is the true token a candidate (`recall`), and are the
+    true tokens of slots 1..d all candidates (`prefix`)? -> dict(recall, prefix, tau_ceiling, anchors)."""
+    n_depth = drafter.config.block_size - 1
+    hits, prefix, count = [0] * n_depth, [0] * n_depth, [0] * n_depth
+    anchors, device = 0, next(target.parameters()).device
+    for prompt, ref, stats in zip(prompts, references, single_runs):
+        truth = list(prompt) + list(ref)
+        ids = torch.tensor([truth], device=device)
+        _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)      # (1, S, F) every position
+        dcache, done, start = drafter.new_cache(len(truth)), 0, len(prompt)
+        for a in stats.acceptance_lengths:                                      # the anchors of the single path
+            n = min(n_depth, len(truth) - start - 1)
+            if n < 1:
+                break
+            drafter.extend(dcache, feats[:, done:start], ids[:, done:start])    # the verified context
+            done = start
+            cand, _ = slot_candidates(drafter, dcache, truth[start], n)         # (n, K)
+            whole, anchors = True, anchors + 1
+            for d in range(n):
+                hit = bool((cand[d] == truth[start + 1 + d]).any())
+                whole &= hit
+                hits[d], prefix[d], count[d] = hits[d] + hit, prefix[d] + whole, count[d] + 1
+            start += a
+    recall = [h / max(c, 1) for h, c in zip(hits, count)]
+    deep = [p / max(c, 1) for p, c in zip(prefix, count)]
+    return dict(recall=recall, prefix=deep, tau_ceiling=1 + sum(deep), anchors=anchors)
+
+
+def format_rows(rows, records):
+    lines = [f"{'method':<24} {'tau':>6} {'tok/s':>8} {'speedup':>8} {'nodes/step':>10} {'draft ms':>9} "
+             f"{'verify ms':>9}  = plain"]
+    for r in rows:
+        steps = max(r["steps"], 1)
+        st = records.get(r["name"])
+        nodes = (sum(sum(getattr(s, "tree_nodes", None) or [b - 1 for b in s.block_sizes]) for s in st) /
+                 max(sum(len(s.acceptance_lengths) for s in st), 1)) if st else None
+        lines.append(f"{r['name']:<24} {r['tau']:>6.2f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x "
+                     + (f"{nodes:>10.1f} {1e3 * r['draft_s'] / steps:>9.3f} {1e3 * r['verify_s'] / steps:>9.3f}"
+                        if st else f"{'-':>10} {'-':>9} {'-':>9}")
+                     + f"  {'yes' if r['matches_plain'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the built-in corpus)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="validation prompts (default: %(default)s)")
+    p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
+                   help="tokens generated per prompt (default: %(default)s)")
+    p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
+                   help="tree sizes N (draft nodes per step, at most) (default: %(default)s)")
+    p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most (default: K)")
+    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--no_ceiling", action="store_true", help="skip the candidate ceiling section")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and sections as JSON")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    try:
+        tok, target, drafter = load(args.out, args.device)
+        prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
+        B = min(16, drafter.config.block_size)
+        methods, records = tree_methods(drafter, args.sizes, B, args.branching)
+        for m in methods:                                   # warm-up (not recorded): allocation, kernel setup
+            m.run(target, drafter, prompts[0], min(16, args.max_new_tokens), None)
+        for r in records.values():
+            r.clear()
+        t0 = time.perf_counter()
+        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed, warmup=False)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    wall = time.perf_counter() - t0
+    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
+             else torch.cuda.get_device_name())
+    machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
+    print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
+          f"{args.max_new_tokens} new tokens each, greedy | {machine}")
+    print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
+    print(format_rows(rows, records))
+    print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
+          "draft/verify ms: in-loop, per step")
+    n_depth = drafter.config.block_size - 1
+    profiles = {name: depth_profile(st, n_depth) for name, st in records.items()}
+    print("\nP(step accepts >= d drafts), d = " + " ".join(f"{d:>4}" for d in range(1, n_depth + 1)))
+    for name, prof in profiles.items():
+        print(f"  {name:<22}" + " ".join(f"{x:>4.2f}" for x in prof))
+    ceiling = None
+    if not args.no_ceiling:
+        references = [generate(target, p, args.max_new_tokens) for p in prompts]
+        single = records[f"{kind_of(drafter)} B={B}"]
+        ceiling = candidate_ceiling(target, drafter, prompts, references, single)
+        print(f"\ncandidate ceiling at the single path's {ceiling['anchors']} anchors (slot d = 1..{n_depth}):")
+        print("  true token in top-K      " + " ".join(f"{x:>4.2f}" for x in ceiling["recall"]))
+        print("  slots 1..d all in top-K  " + " ".join(f"{x:>4.2f}" for x in ceiling["prefix"]))
+        print(f"  tau of a tree of every candidate path (the ceiling of any tree from this pass): "
+              f"{ceiling['tau_ceiling']:.2f}")
+    if args.json:
+        keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s", "matches_plain")
+        with open(args.json, "w") as f:
+            json.dump(dict(out=args.out, machine=machine, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+                           rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles, ceiling=ceiling),
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
