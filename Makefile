@@ -1,7 +1,7 @@
 # Two commands do everything, set-up included:
 #   make demo   trains tokenizer -> target -> drafter on the embedded corpus, then samples with DFlash
-#   make test   runs the test suite (unit tests, losslessness, scripts, notebooks, conformance with
-#               transformers + the official dflash package, which only the tests install)
+#   make test   runs the test suite on both cores (unit tests, losslessness, scripts, notebooks, conformance
+#               with transformers + the official dflash package, which only the tests install)
 # Both create a local virtual environment in .venv on first use.
 
 PYTHON ?= python3
@@ -26,7 +26,7 @@ $(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
 	touch $@
 
 test: $(BIN)/.test-installed
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 smoke: $(BIN)/.installed
 	$(BIN)/python train_tiny.py --smoke --out out_smoke
