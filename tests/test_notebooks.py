@@ -36,8 +36,13 @@ def notebook_env(smoke_out, tmp_path_factory):
         yield
 
 
-def test_all_five_guided_tours_are_there():
-    assert len(NOTEBOOKS) >= 5, f"expected the five guided tours in {NOTEBOOK_DIR}, found {[p.name for p in NOTEBOOKS]}"
+GUIDED_TOURS = ["01_target_and_kv_cache", "02_the_drafter", "03_one_speculative_step", "04_why_lossless",
+                "05_training_what_matters", "06_dflash2"]
+
+
+def test_every_guided_tour_is_there_and_no_other():
+    found = [p.stem for p in NOTEBOOKS]
+    assert found == GUIDED_TOURS, f"notebooks/ holds {found}, the README's tours are {GUIDED_TOURS}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
