@@ -1,17 +1,21 @@
 """Train everything DFlash needs, end to end, on a CPU: tokenizer -> target -> generated data -> drafter.
 
     python train_tiny.py                 # the default run (~25 minutes on 2 CPU cores), writes out/
-    python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute
+    python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute, writes out_smoke/
     python train_tiny.py --data input.txt --out out_shakespeare
 
-Each stage writes its checkpoint atomically and is skipped when that checkpoint already exists; the
-target and drafter stages also save their whole state every ~45 s and at Ctrl-C (out/*.pt.resume), so
-an interrupted run resumes where it stopped and ends with the same weights (`--fresh` starts over).
+Each stage writes its checkpoint atomically with a record of what made it (its flags, and hashes of the
+corpus and checkpoints it was built on); a rerun skips a stage whose checkpoint exists with the same record,
+and refuses one with another record, naming each difference (`--fresh` starts over). The run folder's
+run.json remembers the corpus, so sample.py and the benchmark take their prompts from it. The target and
+drafter stages also save their whole state every ~45 s and at Ctrl-C (out/*.pt.resume), so an interrupted
+run resumes where it stopped and ends with the same weights.
 At the end it prints a summary: losses, τ at block sizes 4/8/16 on validation prompts, and the speedup
 of speculative over plain greedy decoding measured side by side.
 """
 
 import argparse
+import hashlib
 import os
 import time
 
@@ -19,9 +23,10 @@ import torch
 
 from nanodflash import checkpoint as ckpt
 from nanodflash.tools import baselines
-from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, floats, ints
-from nanodflash.data import check_enough, load_corpus, split_train_val, window_prompts
+from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints
+from nanodflash.data import BUILTIN_CORPORA, DEFAULT_CORPUS, check_enough, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
+from nanodflash.resume import data_hash, differences
 from nanodflash.tools.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
@@ -29,47 +34,37 @@ from nanodflash.tools.summary import print_summary
 from nanodflash.train_drafter import generate_mix, measure_tau, slot_accuracy, train_drafter
 
 # ----------------------------------------------------------------------------- defaults
-OUT = "out"
+OUT = "out"              # run folder of a default run (--smoke: SMOKE_OUT)
+SMOKE_OUT = "out_smoke"  # run folder of a --smoke run, never out/: toy checkpoints must not stand in for real ones
 VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
-N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep and narrow: its weights (~20 MB) outgrow the CPU's caches, so as
-                                        # for a real LLM a forward is bound by reading them: verifying 4 tokens
-                                        # costs 1.14 forwards (1.26 at 12 layers), the drafter's pass ~0.2; T=0.7
-                                        # sampling 1.22x -> 1.6x plain sampling (issue 16, README "Sampling")
+N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep and narrow: weights outgrow the CPU caches, so verifying a block costs
+                                        # about one forward, as for a real LLM (docs/experiments.md)
 SEQ_LEN = 128            # training window of the target
 TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
 # target-generated data for the drafter
-N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96
-LONG_SEQS, LONG_GEN_LEN = 347, 480   # and long ones (16+480 tokens), so the drafter also sees late positions:
-                                     # tau past token 240 went 3.25 -> 5.27 with them (issue 19); 0 = none
-GEN_TEMPERATURE = 0.7    # 0 = greedy continuations; >0 samples some of them at this temperature (as users sample)
-GEN_GREEDY_FRAC = 0.75   # with GEN_TEMPERATURE > 0: this fraction of the short sequences is still greedy (a mix; the
-                         # long ones are always greedy). A quarter sampled: T=0.7 rejection tau 1.94 -> 2.11 at B=4
-                         # for greedy tau -1%; half sampled gave 2.14-2.26 but cost greedy tau 5-7% (issue 16)
-SOFT_WEIGHT = 0.5        # drafter loss: (1-w) * CE(data token) + w * CE(target's distribution) (distill.py);
-                         # 0.5 raised sampled tau (T=0.7 rejection 1.88 -> 2.04) at no greedy cost (issue 16)
+N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96   # short sequences: corpus prompt + the target's continuation
+LONG_SEQS, LONG_GEN_LEN = 347, 480   # long ones (0 = none), so the drafter also learns late positions
+GEN_TEMPERATURE = 0.7    # 0 = greedy continuations only; >0: some short ones sampled at it, as users sample
+GEN_GREEDY_FRAC = 0.75   # share of the short continuations kept greedy: sampled τ up, greedy τ nearly unchanged
+SOFT_WEIGHT = 0.5        # drafter loss = (1-w) CE(data token) + w CE(target distribution) (distill.py): raises sampled τ
 GEN_BATCH = 256          # sequences generated in parallel (one KV cache per batch)
 # drafter
 DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K candidate selector; dflash: DFlash 1
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
-SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (DESIGN §1b)
-# target layers whose outputs feed the drafter: the paper's rule, spread over 1..L-3 (3 of 24 layers: 1,11,21);
-# "" = that rule with one target layer per drafter layer. The last layer (23) would come normed, as in HF
-TARGET_LAYER_IDS = "1,11,21"
+SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (docs/design.md)
+TARGET_LAYER_IDS = "1,11,21"   # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
 DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # many sequences x few anchors: varied
-                                                                          # contexts per step, and the mask's cost
-                                                                          # grows with anchors^2
-LONG_BATCH, LONG_ANCHORS = 4, 16         # + per step, blocks from long sequences: 48x4 + 4x16 = 256 blocks in all
-# sampling drafter: a copy of the drafter fine-tuned on continuations all sampled (SAMPLING_TEMPERATURE), with the
-# target's distribution as the label (soft weight 1), for sampled decoding. T=0.7 per-slot acceptance 0.59 -> 0.69,
-# tau at B=4 2.21 -> 2.46 after 600 steps; greedy decoding keeps drafter.pt (this one lost 12% greedy tau) (issue 16)
+                                                                          # contexts, and the mask grows with anchors^2
+LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
+GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
+# sampling drafter: the drafter fine-tuned on all-sampled continuations, labelled with the target's distribution;
+# sampled decoding uses it, greedy decoding keeps drafter.pt (it drafts greedy continuations worse)
 SAMPLING_STEPS, SAMPLING_SEQS, SAMPLING_LR = 600, 3072, 1e-3   # 0 steps = none (sampling then uses drafter.pt)
 SAMPLING_TEMPERATURE = 0.7   # its continuations are sampled at this temperature (as people sample)
-GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 (B=16) suits big drafters, 2 learned faster here
-DECODE_THREADS = 1       # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 # summary
-EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # 16 prompts are too few: tau moved by 1.0 between machines
-EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: tau by position band, speedup (0 tokens = skip)
+EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds from machine to machine
+EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
 
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
@@ -81,7 +76,8 @@ SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("--out", default=OUT, help="output folder for tokenizer, checkpoints and data (default: %(default)s)")
+    a("--out", default=None, help=f"run folder for tokenizer, checkpoints and data (default: {OUT}, with --smoke "
+      f"{SMOKE_OUT})")
     a("--data", default=None, help="UTF-8 text file to train on, or a built-in corpus: stdlib (the default: Python's "
       "standard library source) or pydoc (Python's documentation prose)")
     a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
@@ -110,7 +106,7 @@ def parse_args(argv=None):
       "(default: %(default)s)")
     a("--soft_weight", type=floats(0, 1), default=SOFT_WEIGHT, help="weight of the cross-entropy against the "
       "target's next-token distribution in the drafter loss (the rest: the data token) (default: %(default)s)")
-    a("--drafter", default=DRAFTER, choices=sorted(k for k in ckpt.DRAFTER_KINDS if k),
+    a("--drafter", default=DRAFTER, choices=sorted(ckpt.DRAFTER_KINDS),
       help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
     a("--draft_layers", type=ints(1, 64), default=DRAFT_LAYERS, help="drafter depth")
     a("--selector_top_k", type=ints(1, 1024), default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot "
@@ -147,6 +143,7 @@ def parse_args(argv=None):
     a("--eval_prompts", type=ints(1, 10000), default=EVAL_PROMPTS, help="validation prompts for the summary")
     a("--eval_new_tokens", type=ints(2, 4096), default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
     args = p.parse_args(argv)
+    args.out = args.out or (SMOKE_OUT if args.smoke else OUT)
     if args.smoke:
         for k, v in SMOKE.items():
             if getattr(args, k) == p.get_default(k):
@@ -154,9 +151,51 @@ def parse_args(argv=None):
     problem = check_flag_combinations(args)
     if problem:
         p.error(problem)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    check_device(p, args.device)
     return args
+
+
+# The flags each stage's checkpoint depends on: its record holds them and hashes of what it was built on, and a
+# rerun reuses the stage only when they all match (--device and the summary's flags change no checkpoint)
+STAGE_FLAGS = {
+    "tokenizer": ("smoke", "vocab_size"),
+    "target": ("n_layer", "n_embd", "n_head", "seq_len", "target_steps", "target_batch", "target_lr", "seed"),
+    "data": ("n_seqs", "prompt_len", "gen_len", "long_seqs", "long_gen_len", "gen_temperature", "gen_greedy_frac",
+             "gen_batch", "sampling_seqs", "sampling_temperature", "seed"),
+    "drafter": ("drafter", "draft_layers", "selector_top_k", "selector_rank", "conv_kernel_size", "target_layer_ids",
+                "block_size", "draft_steps", "draft_batch", "draft_anchors", "draft_lr", "gamma", "soft_weight",
+                "long_batch", "long_anchors", "seed"),
+    "sampling drafter": ("sampling_steps", "sampling_lr", "draft_batch", "draft_anchors", "gamma", "seed"),
+}
+
+
+def stage_record(stage, args, **built_on):
+    """What makes a stage's checkpoint: its flags, and hashes of what it is built on (corpus, target, data, ...)."""
+    return {**{k: getattr(args, k) for k in STAGE_FLAGS[stage]}, **built_on}
+
+
+def reusable(path, saved, now):
+    """True when `path` exists and its record `saved` equals `now`; False when it does not exist. A record
+    that differs is refused in one line naming each difference and the way out."""
+    if not os.path.exists(path):
+        return False
+    if saved != now:
+        diff = "; ".join(differences(saved or {}, now)) if saved else "it records no settings (an older train_tiny.py)"
+        raise ValueError(f"{path} was made by another run: {diff}. Rerun with --fresh to start over, or use "
+                         "another --out")
+    return True
+
+
+def corpus_record(data, text):
+    """run.json's corpus: a built-in corpus by name, or the file's absolute path; and a hash of its text."""
+    name = DEFAULT_CORPUS if data is None else data if data in BUILTIN_CORPORA and not os.path.exists(data) \
+        else os.path.abspath(data)
+    return {"data": name, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
+def file_hash(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def main(argv=None):
@@ -164,9 +203,11 @@ def main(argv=None):
     if args.smoke:
         torch.set_num_threads(1)         # toy models: thread sync costs more than it saves
     torch.manual_seed(args.seed)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise FileNotFoundError(f"--out {args.out} is a file, not a run folder")
     os.makedirs(args.out, exist_ok=True)
     path = {k: os.path.join(args.out, f) for k, f in
-            dict(tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER,
+            dict(run=ckpt.RUN, tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER,
                  sampling=ckpt.SAMPLING_DRAFTER).items()}
     if args.fresh:                       # also the baselines trained on the old target (nanodflash.tools.baselines)
         for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
@@ -177,14 +218,18 @@ def main(argv=None):
             ckpt.discard_resume(f)       # the state of stages interrupted mid-way
     t_start = time.perf_counter()
     text = load_corpus(args.data)
+    corpus = corpus_record(args.data, text)
 
-    # 1. tokenizer
-    if os.path.exists(path["tok"]):
+    # 1. tokenizer; run.json holds its record and the corpus
+    run = {"corpus": corpus, "made_by": stage_record("tokenizer", args, corpus=corpus["sha256"])}
+    saved = ckpt.read_run(args.out)
+    if reusable(path["tok"], saved and saved.get("made_by"), run["made_by"]):
         print(f"[tokenizer] found {path['tok']}, skipping")
         tok = load_tokenizer(path["tok"])
     else:
         t0 = time.perf_counter()
         tok = train_tokenizer(text, args.vocab_size, path["tok"])
+        ckpt.write_run(args.out, run)
         print(f"[tokenizer] {tok.n_vocab} tokens trained in {time.perf_counter() - t0:.1f}s -> {path['tok']}")
     ids = torch.tensor(tok.encode_ordinary(text), dtype=torch.long)
     train_ids, val_ids = split_train_val(ids)
@@ -194,9 +239,10 @@ def main(argv=None):
     _, mask_id = special_ids(tok)
 
     # 2. target
-    if os.path.exists(path["target"]):
+    made_by = stage_record("target", args, corpus=corpus["sha256"], tokenizer=file_hash(path["tok"]))
+    target, ck = ckpt.load_target(path["target"], args.device) if os.path.exists(path["target"]) else (None, {})
+    if reusable(path["target"], ck.get("made_by"), made_by):
         print(f"[target] found {path['target']}, skipping")
-        target, ck = ckpt.load_target(path["target"], args.device)
         target_hist = ck["history"]
     else:
         cfg = GPTConfig(vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head, n_kv_head=args.n_head,
@@ -206,53 +252,49 @@ def main(argv=None):
         target_hist = train_target(target, train_ids, val_ids, args.target_steps, args.target_batch, args.seq_len,
                                    args.target_lr, eval_every=max(1, args.target_steps // 5), seed=args.seed,
                                    resume=ckpt.resume_path(path["target"]))
-        ckpt.save_target(path["target"], target, path["tok"], target_hist)
+        ckpt.save_target(path["target"], target, path["tok"], target_hist, made_by)
     target.eval()
 
     # 3. target-generated data: continuations of prompts from the train split (short, and long ones) and held-out
-    #    ones from the val split; a data.pt made before long sequences existed gets them added
+    #    ones from the val split
     T = args.gen_temperature
     parts = {"train": (train_ids, args.n_seqs, args.gen_len, args.seed, args.gen_greedy_frac, T),
              "val": (val_ids, max(4, args.n_seqs // 16), args.gen_len, args.seed + 1, args.gen_greedy_frac, T)}
-    if args.long_seqs:                   # greedy: half-sampled long data cost late greedy tau (5.17 -> 4.63 past
-        parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0, T)   # token 240)
+    if args.long_seqs:                   # greedy: sampled long sequences cost late greedy τ
+        parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0, T)
     if args.sampling_steps:              # all sampled, for the sampling drafter
         parts["train_sampled"] = (train_ids, args.sampling_seqs, args.gen_len, args.seed + 5, 0.0,
                                   args.sampling_temperature)
-    mix = dict(gen_temperature=args.gen_temperature, gen_greedy_frac=args.gen_greedy_frac)
-    data = (ckpt.read(path["data"], "generated data") if os.path.exists(path["data"])
-            else {"prompt_len": args.prompt_len, **mix})
-    made = {k: data.get(k, "unrecorded") for k in mix}
-    if made != mix:
-        print(f"[data] note: {path['data']} was made with {made}, not {mix}; delete it (or --fresh) to regenerate")
-    todo = [k for k in parts if k not in data]
-    if not todo:
+    made_by = stage_record("data", args, parts=sorted(parts), corpus=corpus["sha256"], target=target.fingerprint())
+    data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else None
+    if reusable(path["data"], data and data.get("made_by"), made_by):
         print(f"[data] found {path['data']}, skipping")
     else:
         t0 = time.perf_counter()
-        for k in todo:
-            source, n, gen_len, seed, greedy_frac, temperature = parts[k]
+        data = {"prompt_len": args.prompt_len, "gen_temperature": args.gen_temperature,
+                "gen_greedy_frac": args.gen_greedy_frac}
+        for k, (source, n, gen_len, seed, greedy_frac, temperature) in parts.items():
             data[k] = generate_mix(target, source, n, greedy_frac, seed, dict(
                 prompt_len=args.prompt_len, gen_len=gen_len, temperature=temperature, batch_size=args.gen_batch))
-        n_tok = sum(data[k].numel() for k in todo)
-        print(f"[data] generated {n_tok:,} tokens ({', '.join(todo)}) in {time.perf_counter() - t0:.1f}s -> {path['data']}")
-        ckpt.atomic_save(data, path["data"])
+        n_tok = sum(data[k].numel() for k in parts)
+        print(f"[data] generated {n_tok:,} tokens ({', '.join(parts)}) in {time.perf_counter() - t0:.1f}s -> {path['data']}")
+        ckpt.atomic_save({**data, "made_by": made_by}, path["data"])
+    data_id = data_hash(*(data[k] for k in sorted(parts)))
 
     # 4. drafter
     prompts = window_prompts(val_ids, args.eval_prompts, args.prompt_len, args.seed + 2)
-    if os.path.exists(path["drafter"]):
+    made_by = stage_record("drafter", args, target=target.fingerprint(), data=data_id)
+    ck = ckpt.read(path["drafter"], "drafter") if os.path.exists(path["drafter"]) else {}
+    if reusable(path["drafter"], ck.get("made_by"), made_by):
         print(f"[drafter] found {path['drafter']}, skipping")
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
-        if (drafter.kind or "dflash") != args.drafter:
-            raise ValueError(f"{path['drafter']} holds a {drafter.kind or 'dflash'} drafter, not the --drafter "
-                             f"{args.drafter} asked for; delete it to train one on the same target")
         draft_hist = ck["history"]
     else:
         cls = ckpt.DRAFTER_KINDS[args.drafter]
         extra = {} if args.drafter == "dflash" else dict(selector_top_k=args.selector_top_k, conv_kernel_size=
                                                         args.conv_kernel_size, selector_rank=args.selector_rank)
         dcfg = cls.config_class.for_target(target.config, mask_id, n_layer=args.draft_layers, block_size=args.block_size,
-                                     **extra)
+                                           **extra)
         if args.target_layer_ids:
             dcfg.target_layer_ids = parse_layer_ids(args.target_layer_ids, target.config.n_layer)
         drafter = cls(dcfg, target).to(args.device)
@@ -269,23 +311,30 @@ def main(argv=None):
                                    resume=ckpt.resume_path(path["drafter"]), soft_weight=args.soft_weight,
                                    long_seqs=data.get("train_long") if args.long_seqs else None,
                                    long_batch=args.long_batch, long_anchors=args.long_anchors)
-        ckpt.save_drafter(path["drafter"], drafter, draft_hist)
+        ckpt.save_drafter(path["drafter"], drafter, draft_hist, made_by)
 
     # 4b. sampling drafter: a copy of the drafter, tuned to the target's distribution on sampled continuations
     sampler = None
-    if args.sampling_steps and os.path.exists(path["sampling"]):
-        print(f"[sampling drafter] found {path['sampling']}, skipping")
-        sampler, _ = ckpt.load_drafter(path["sampling"], target, args.device)
-    elif args.sampling_steps:
-        sampler = type(drafter)(drafter.config, target).to(args.device)
-        sampler.load_state_dict(drafter.state_dict())
-        hist = train_drafter(sampler, data["train_sampled"], args.sampling_steps, args.draft_batch, args.draft_anchors,
-                             args.sampling_lr, min_anchor=data["prompt_len"] - 1, gamma=args.gamma, seed=args.seed + 5,
-                             resume=ckpt.resume_path(path["sampling"]), soft_weight=1.0, log_name="sampling drafter")
-        ckpt.save_drafter(path["sampling"], sampler, hist)
+    if args.sampling_steps:
+        made_by = stage_record("sampling drafter", args, drafter=data_hash(*drafter.state_dict().values()),
+                               data=data_id)
+        ck = ckpt.read(path["sampling"], "sampling drafter") if os.path.exists(path["sampling"]) else {}
+        if reusable(path["sampling"], ck.get("made_by"), made_by):
+            print(f"[sampling drafter] found {path['sampling']}, skipping")
+            sampler, _ = ckpt.load_drafter(path["sampling"], target, args.device)
+        else:
+            sampler = type(drafter)(drafter.config, target).to(args.device)
+            sampler.load_state_dict(drafter.state_dict())
+            hist = train_drafter(sampler, data["train_sampled"], args.sampling_steps, args.draft_batch,
+                                 args.draft_anchors, args.sampling_lr, min_anchor=data["prompt_len"] - 1,
+                                 gamma=args.gamma, seed=args.seed + 5, resume=ckpt.resume_path(path["sampling"]),
+                                 soft_weight=1.0, log_name="sampling drafter")
+            ckpt.save_drafter(path["sampling"], sampler, hist, made_by)
 
     # 5. summary
     torch.set_num_threads(DECODE_THREADS)
+    if args.smoke:
+        print("\n" + ckpt.TOY_RUN)
     print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
                   args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS, sampler)
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")

@@ -1,15 +1,20 @@
 """Checkpoints: written atomically (temp file + rename), read back with clear errors.
 
-An output folder written by `train_tiny.py --out DIR` holds:
+A run folder written by `train_tiny.py --out DIR` holds:
+    run.json        what the run is: {"smoke", "corpus": {"data", "sha256"}, "vocab_size"} (the tokenizer's record)
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
-    target.pt       {"config", "model", "tokenizer", "history"}
-    data.pt         target-generated sequences the drafter trains on
-    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history"}; kind "dflash" or "dflash2"
+    target.pt       {"config", "model", "tokenizer", "history", "made_by"}
+    data.pt         target-generated sequences the drafter trains on, and "made_by"
+    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"}; kind "dflash" or "dflash2"
     drafter_sampling.pt   the same kind of file: drafter.pt fine-tuned on sampled continuations, for sampling
-While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
+"made_by" records what made the checkpoint: {"settings": the stage's flags, "built_on": hashes of what it was
+made from (corpus, tokenizer, target, data)}; train_tiny.py reuses a stage only when its record matches the
+run's. While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
 stage checkpoint deletes it.
 """
 
+import difflib
+import json
 import os
 from dataclasses import asdict
 
@@ -20,11 +25,11 @@ from .drafter import Drafter
 from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
-TOKENIZER, TARGET, DATA, DRAFTER = "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
+RUN, TOKENIZER, TARGET, DATA, DRAFTER = "run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
 SAMPLING_DRAFTER = "drafter_sampling.pt"
-FEATURES = "hf"     # drafter.pt records the feature convention: "hf" = the last target layer's output is normed
-DRAFTER_KINDS = {"dflash": Drafter, None: Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
-                                                                                 # (None: written before kinds)
+DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
+TOY_RUN = ("note: this is a smoke-sized run (train_tiny.py --smoke): its τ and speedups are not meaningful; "
+           "`python train_tiny.py` trains a default-sized pair")
 
 
 def atomic_save(obj, path):
@@ -48,9 +53,11 @@ def discard_resume(path):
 
 def read(path, what, make="python train_tiny.py"):
     """torch.load with messages that say what is wrong and what to do (`make`: the command that writes it)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.exists(folder):
+        check_run_folder(folder)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{what} checkpoint not found: {path} (run `{make} --out "
-                                f"{os.path.dirname(path) or '.'}` first)")
+        raise FileNotFoundError(f"{what} checkpoint not found: {path} (run `{make} --out {folder}` first)")
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
@@ -58,11 +65,11 @@ def read(path, what, make="python train_tiny.py"):
                          "rerun train_tiny.py, which redoes that stage") from e
 
 
-def save_target(path, target, tokenizer_path, history=None):
+def save_target(path, target, tokenizer_path, history=None, made_by=None):
     with open(tokenizer_path) as f:
         tok_text = f.read()
     atomic_save({"config": asdict(target.config), "model": target.state_dict(), "tokenizer": tok_text,
-                 "history": history or {}}, path)
+                 "history": history or {}, "made_by": made_by or {}}, path)
     discard_resume(path)
 
 
@@ -73,11 +80,11 @@ def load_target(path, device="cpu"):
     return target.to(device).eval(), ck
 
 
-def save_drafter(path, drafter, history=None):
+def save_drafter(path, drafter, history=None, made_by=None):
     """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a baseline's."""
-    atomic_save({"kind": getattr(drafter, "kind", None), "features": FEATURES, "config": asdict(drafter.config),
-                 "model": drafter.state_dict(), "target_fingerprint": drafter.target.fingerprint(),
-                 "history": history or {}}, path)
+    atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": drafter.state_dict(),
+                 "target_fingerprint": drafter.target.fingerprint(), "history": history or {},
+                 "made_by": made_by or {}}, path)
     discard_resume(path)
 
 
@@ -90,20 +97,17 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     commands that make and retrain them."""
     what = f"{kind} baseline drafter" if kind else "drafter"
     ck = read(path, what, make)
+    if ck.get("kind") is None:
+        raise ValueError(f"{what} {path} records no drafter kind: an older nanodflash wrote it; retrain it ({retrain})")
     if cls is None and ck.get("kind") not in DRAFTER_KINDS:
         raise ValueError(f"{path} holds a {ck.get('kind')!r} baseline drafter, not a DFlash or DFlash 2 drafter")
     if kind is not None and ck.get("kind") != kind:
-        raise ValueError(f"{path} holds a {ck.get('kind') or 'dflash'!r} drafter, not a {kind!r} baseline")
-    cls = cls or DRAFTER_KINDS[ck.get("kind")]
+        raise ValueError(f"{path} holds a {ck.get('kind')!r} drafter, not a {kind!r} baseline")
+    cls = cls or DRAFTER_KINDS[ck["kind"]]
     fp = target.fingerprint()
     if ck["target_fingerprint"] != fp:
         raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, but this target "
                          f"is {fp}; retrain it ({retrain})")
-    last = target.config.n_layer - 1
-    if ck.get("features") != FEATURES and last in (ck["config"].get("target_layer_ids") or ()):
-        raise ValueError(f"{what} {path} was trained on the raw output of the target's last layer ({last}); "
-                         "features now follow Hugging Face's convention (that layer comes after the final norm, "
-                         f"gpt.py), so it would draft differently; retrain it ({retrain})")
     drafter = cls(cls.config_class(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
     return drafter.to(device).eval(), ck
@@ -115,9 +119,60 @@ def drafter_path(out_dir, sampling=False):
     return path if sampling and os.path.exists(path) else os.path.join(out_dir, DRAFTER)
 
 
+def is_run_folder(folder):
+    return os.path.isfile(os.path.join(folder, TOKENIZER)) or os.path.isfile(os.path.join(folder, RUN))
+
+
+def nearest_run_folder(folder):
+    """The run folder next to `folder` whose name is closest to its name, or None."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    try:
+        runs = sorted(d for d in os.listdir(parent) if is_run_folder(os.path.join(parent, d)))
+    except OSError:
+        return None
+    close = difflib.get_close_matches(os.path.basename(os.path.normpath(folder)), runs, n=1, cutoff=0) or [None]
+    return close[0] and os.path.join(os.path.dirname(os.path.normpath(folder)), close[0])
+
+
+def check_run_folder(folder, make="python train_tiny.py"):
+    """Raise FileNotFoundError, one line, when `folder` is no run folder: missing (naming the nearest run folder,
+    if any), not a folder, or without a tokenizer (a run that stopped before its first stage)."""
+    if not os.path.exists(folder):
+        near = nearest_run_folder(folder)
+        raise FileNotFoundError(f"no run folder {folder}: it does not exist" + (
+            f"; the nearest run folder is {near}" if near else "") + f" (train one with `{make} --out {folder}`)")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{folder} is a file, not a run folder")
+    if not os.path.isfile(os.path.join(folder, TOKENIZER)):
+        raise FileNotFoundError(f"{folder} has no {TOKENIZER}: an unfinished run (it stopped before its first "
+                                f"stage ended); rerun `{make} --out {folder}` with the flags it was started with")
+
+
+def read_run(out_dir):
+    """run.json of a run folder (see the module docstring), or None where there is none."""
+    path = os.path.join(out_dir, RUN)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_run(out_dir, record):
+    tmp = os.path.join(out_dir, RUN + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=2)
+    os.replace(tmp, os.path.join(out_dir, RUN))
+
+
+def is_toy_run(out_dir):
+    """True when out_dir's run.json says train_tiny.py --smoke made it."""
+    return bool((read_run(out_dir) or {}).get("smoke"))
+
+
 def load(out_dir="out", device="cpu", sampling=False):
     """tok, target, drafter = nanodflash.load(out_dir): what train_tiny.py --out DIR wrote. sampling=True: the
     drafter to sample with (temperature > 0), drafter_sampling.pt where the run made one."""
+    check_run_folder(out_dir)
     tok = load_tokenizer(os.path.join(out_dir, TOKENIZER))
     target, _ = load_target(os.path.join(out_dir, TARGET), device)
     if tok.n_vocab != target.config.vocab_size:

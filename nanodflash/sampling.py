@@ -3,7 +3,7 @@
 The target's p is the transformed distribution (what plain sampling draws from). A drafter's q, for the
 rejection verifier, is its own softmax at the same temperature, untruncated (DraftRule): the verifier makes the
 output exact for ANY q that the drafts are really drawn from, and truncating q did not bring it closer to p
-(per-slot sum min(p, q) 0.670 with top-p on q, 0.675 without, at T=0.7 top-p 0.95; issue 16).
+(per-slot sum min(p, q), docs/experiments.md).
 temperature == 0 means greedy: the distribution is one-hot on the argmax.
 """
 

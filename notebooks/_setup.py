@@ -25,6 +25,7 @@ import torch                                       # noqa: E402
 
 import nanodflash                                  # noqa: E402
 from nanodflash.checkpoint import read             # noqa: E402
+from nanodflash.tools.cli import DECODE_THREADS    # noqa: E402
 
 FILES = ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt")
 
@@ -80,7 +81,7 @@ def n_params(module):
 def load_run(verbose=True, seed=0):
     """tok, target, drafter, data, OUT: the tokenizer, the target, the drafter (DFlash 2 by default; see
     drafter.kind), the generated data (data["train"], data["val"], data["prompt_len"]) and the folder."""
-    torch.set_num_threads(1)       # batch-1 decoding of tiny models is overhead-bound (as in train_tiny / bench)
+    torch.set_num_threads(DECODE_THREADS)
     out = find_out()
     tok, target, drafter = nanodflash.load(out)
     data = read(str(out / "data.pt"), "generated data")

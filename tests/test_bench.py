@@ -161,7 +161,7 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
 def test_bench_cli_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--out", str(tmp_path / "nothing")])
-    assert e.value.code == 1 and "not found" in capsys.readouterr().err, "missing checkpoints: no clear error"
+    assert e.value.code == 1 and "no run folder" in capsys.readouterr().err, "missing checkpoints: no clear error"
 
 
 def test_bench_baseline_rows_are_greedy_and_capped_at_each_drafters_block_size(setup):

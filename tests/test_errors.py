@@ -138,12 +138,13 @@ def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
 
 
 def test_a_found_drafter_of_another_kind_than_asked_for_is_refused_with_what_to_do(smoke_out, tmp_path):
-    for f in ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
-        shutil.copy(smoke_out / f, tmp_path / f)
-    kind = torch.load(tmp_path / "drafter.pt", weights_only=False)["kind"]
+    run = tmp_path / "run"
+    shutil.copytree(smoke_out, run)
+    kind = torch.load(run / "drafter.pt", weights_only=False)["kind"]
     other = "dflash" if kind == "dflash2" else "dflash2"
-    with pytest.raises(ValueError, match=f"holds a {kind} drafter, not the --drafter {other} asked for; delete it"):
-        train_tiny.main(["--smoke", "--out", str(tmp_path), "--drafter", other])
+    with pytest.raises(ValueError, match=rf"drafter.pt was made by another run: drafter \(file: {kind}, now: {other}\)"
+                                         r".*Rerun with --fresh to start over, or use another --out"):
+        train_tiny.main(["--smoke", "--out", str(run), "--drafter", other])
 
 
 @pytest.mark.parametrize("change,message", [

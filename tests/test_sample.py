@@ -35,9 +35,18 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
     assert r.returncode == 0, f"sample.py failed (status {r.returncode}):\n{r.stderr}"
     assert re.search(r"greedy self-check: .*token-identical.*: PASS", r.stdout), \
         f"the greedy self-check line is missing:\n{r.stdout}"
-    assert "τ (mean acceptance length)" in r.stdout and "tok/s" in r.stdout, f"τ or speed missing:\n{r.stdout}"
+    assert "τ (mean acceptance length)" in r.stdout and "plain decoding" in r.stdout, f"τ or speed missing:\n{r.stdout}"
+    assert re.search(r"plain [0-9.]+s vs DFlash [0-9.]+s -> [0-9.]+x", r.stdout), f"no side-by-side speed:\n{r.stdout}"
     assert "\033[" not in r.stdout, "ANSI colour codes were written to a pipe (not a terminal)"
-    assert "legend: prompt  [accepted draft tokens]  {target tokens" in r.stdout, "the marker legend is missing"
+    assert "legend: prompt  ⟦accepted drafts⟧  ⟨target tokens" in r.stdout, "the marker legend is missing"
+
+
+def test_plain_prints_the_continuation_without_markers_or_legend(smoke_out):
+    r = run_sample("--out", smoke_out, "--max_new_tokens", 20, "--plain", "--prompt", "def f(x):")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.split("-" * 80)[1]
+    assert "legend" not in r.stdout and not set("⟦⟧⟨⟩") & set(text), f"--plain printed markers:\n{r.stdout}"
+    assert text.startswith("\ndef f(x):"), f"--plain should print the prompt and continuation as text:\n{text!r}"
 
 
 def test_sample_runs_sampled_mode_with_the_rejection_verifier(smoke_out):
@@ -70,19 +79,20 @@ def test_render_marks_runs_by_origin_and_loses_no_text(smoke_out):
     tok = load_tokenizer(str(smoke_out / "tokenizer.bpe"))
     prompt, gen = tok.encode_ordinary("def f"), tok.encode_ordinary("(x): return x")
     kinds = sample.origins(len(gen), [len(gen) - 1])      # prefill token, then one step
-    plain = sample.render(tok, prompt, gen, kinds, color=False)
+    marked = sample.render(tok, prompt, gen, kinds, "markers")
     first = tok.decode(gen[:1])
     drafts, bonus = tok.decode(gen[1:-1]), tok.decode(gen[-1:])
-    expected = f"def f{{{first}}}" + (f"[{drafts}]" if drafts else "") + f"{{{bonus}}}"
-    assert plain == expected, f"bracket markers wrong: {plain!r} != {expected!r}"
-    colored = sample.render(tok, prompt, gen, kinds, color=True)
+    expected = f"def f⟨{first}⟩" + (f"⟦{drafts}⟧" if drafts else "") + f"⟨{bonus}⟩"
+    assert marked == expected, f"origin markers wrong: {marked!r} != {expected!r}"
+    colored = sample.render(tok, prompt, gen, kinds, "color")
     assert re.sub(r"\033\[[0-9;]*m", "", colored) == "def f(x): return x", "colour mode changed the text"
+    assert sample.render(tok, prompt, gen, kinds, "plain") == "def f(x): return x", "plain mode changed the text"
 
 
 def test_sample_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path):
     r = run_sample("--out", tmp_path / "nothing_here")
     assert r.returncode == 1, f"expected exit status 1, got {r.returncode}"
-    assert "not found" in r.stderr and "train_tiny.py" in r.stderr, f"message does not say what to do:\n{r.stderr}"
+    assert "no run folder" in r.stderr and "train_tiny.py" in r.stderr, f"message does not say what to do:\n{r.stderr}"
     assert "Traceback" not in r.stderr, f"a stack trace instead of a message:\n{r.stderr}"
 
 

@@ -36,9 +36,9 @@ bidirectional over MASKs, one forward. That is the variable the paper's DFlash-v
 about. The AR drafter even sees strictly more (its own earlier drafts), so its τ is an upper-ish bound
 for an AR drafter of this size: the comparison is conservative for DFlash.
 
-The issue asked for `train_tiny.py --baseline`; we chose a module entry point instead (the trainer
-stays one screen of stages): it reads DIR's target, drafter and data.pt and uses train_tiny's drafter
-recipe (RECIPE below; a test checks it equals train_tiny.py's constants).
+A module entry point, not a train_tiny.py flag, so that the trainer stays one screen of stages: it reads
+DIR's target, drafter and data.pt and uses train_tiny's drafter recipe (RECIPE below; a test checks it
+equals train_tiny.py's constants).
 """
 
 import argparse
@@ -50,7 +50,7 @@ from dataclasses import fields
 import torch
 
 from .. import checkpoint as ckpt
-from .cli import MAX_COUNT, ints
+from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..train_drafter import measure_tau, slot_accuracy, train_drafter
@@ -207,8 +207,7 @@ def parse_args(argv=None):
     args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if not args.kinds or set(args.kinds) - set(KINDS):
         p.error(f"--kinds must name some of {', '.join(KINDS)}, got {','.join(args.kinds) or 'none'}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    check_device(p, args.device)
     return args
 
 
@@ -260,7 +259,7 @@ def main(argv=None):
               "rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     print(f"training: {time.perf_counter() - t0:.0f}s")
-    torch.set_num_threads(1)                                          # decoding, as train_tiny's summary
+    torch.set_num_threads(DECODE_THREADS)
     P, val = data["prompt_len"], data["val"]
     prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
     kind = drafter.kind                                               # "dflash" or "dflash2" (drafter.pt's kind)

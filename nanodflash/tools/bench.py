@@ -51,7 +51,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method, sampling_drafters)
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
-from .cli import MAX_COUNT, MAX_SEED, ints, threads
+from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
 from ..data import val_prompts
 from .timing import ForwardCounter, sync
 
@@ -61,7 +61,6 @@ __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method",
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # --max_new_tokens 480: long generations
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
 ORACLE_TOP_K = 16
-THREADS = 1             # batch-1 decoding of tiny models is overhead-bound: extra threads only add sync cost
 
 def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED, warmup=True):
     """Run every method on every prompt (interleaved); return one row dict per method.
@@ -148,7 +147,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED,
                    help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=threads, default=THREADS,
+    p.add_argument("--threads", type=threads, default=DECODE_THREADS,
                    help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like train_tiny.py's "
                    "summary)")
     p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy rows, no "
@@ -157,8 +156,7 @@ def parse_args(argv=None):
                    "drafter.pt, trained on the same target as --out's (e.g. another recipe): rows named by the folder")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error("--device cuda was asked for but CUDA is not available on this machine; use --device cpu")
+    check_device(p, args.device)
     return args
 
 

@@ -4,17 +4,22 @@
     a("--top_p", type=floats(0, 1, low_open=True))  # error: argument --top_p: must be a number in (0, 1], got nan
 
 argparse prints the usage line, then one error line naming the flag ("argument --n_seqs: ") and the allowed
-range. Every float flag refuses NaN and ±inf: NaN passes every `x < 0` test, which is how it used to slip through.
-Checks that involve two flags (--n_head must divide --n_embd) run after parsing (train_tiny's: pipeline_flags.py).
+range. Every float flag refuses NaN and ±inf (NaN passes every `x < 0` test). Checks that involve two flags
+(--n_head must divide --n_embd) run after parsing (train_tiny's: pipeline_flags.py); `check_device` refuses
+--device cuda on a machine without CUDA.
 """
 
 import argparse
 import math
 import os
 
+import torch
+
 MAX_COUNT = 10**6       # steps, sequences, prompts, tokens: nothing else bounds them; this stops a typo from
                         # starting a run of days (the default run takes 2000 drafter steps)
 MAX_SEED = 2**32 - 1
+DECODE_THREADS = 1      # torch CPU threads for decoding: batch-1 decoding of tiny models is overhead-bound, and
+                        # extra threads only add sync cost
 
 
 def _range(low, high, low_open=False):
@@ -62,3 +67,9 @@ def floats(low, high=None, low_open=False):
 def threads(text):
     """type= for --threads: 1 up to this machine's CPU count (more only adds contention)."""
     return ints(1, os.cpu_count() or 1)(text)
+
+
+def check_device(parser, device):
+    """parser.error (usage + one line, exit 2) when `device` asks for CUDA and this machine has none."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {device} was asked for but CUDA is not available on this machine; use --device cpu")

@@ -6,7 +6,7 @@
 `target/` is a Qwen3ForCausalLM folder (config.json, model.safetensors, generation_config.json, tokenizer.json
 + tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
 `dflash_config`, `block_size`, `num_target_layers`; model.safetensors), as the official `dflash` package, vLLM
-and SGLang read them. The map is one-to-one because our layers use Qwen3's math and names (DESIGN §1c):
+and SGLang read them. The map is one-to-one because our layers use Qwen3's math and names (docs/design.md):
     ours (GPT)                      Hugging Face Qwen3              ours (Drafter)      official drafter
     embed_tokens.weight             model.embed_tokens.weight       fc, hidden_norm,    the same names
     layers.i.<...>, norm.weight     model.layers.i.<...>, ...       layers.i.<...>,

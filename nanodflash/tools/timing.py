@@ -61,15 +61,15 @@ def DraftForwardCounter(drafter):
     return ForwardCounter(drafter.norm)
 
 
-def side_by_side(target, drafter, prompts, new_tokens, block_size, runs=None, temperature=0.0, top_p=None,
-                 verifier="match"):
+def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="match", **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
-    speculative run's acceptance lengths (for τ by position, bands.py). temperature > 0: both sample (prompt i
-    with seed i; the speculative side with `verifier`), and the outputs, samples, are not compared."""
+    speculative run's acceptance lengths (for τ by position, bands.py). `kw`: generate's sampling arguments
+    (temperature, top_k, top_p, stop_token_ids). temperature > 0: both sample (prompt i with seed i; the
+    speculative side with `verifier`), and the outputs, samples, are not compared."""
     t_plain = t_spec = 0.0
     emitted = steps = 0
-    kw = dict(temperature=temperature, top_p=top_p)
+    temperature = kw.get("temperature", 0.0)
     for i, p in enumerate(prompts):
         t0 = time.perf_counter()
         ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
