@@ -22,10 +22,10 @@ Lossless whatever it picks: the block size of a step depends only on what the ru
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step (CPU, 1 thread, the default 24-layer
-                    # target: 0.022 in the loop, from `python -m nanodflash.tools.bench`'s greedy rows)
-STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify) in plain decoding steps (1.26-1.35)
-PLAIN_COST = 1.0    # a step without drafts inside the speculative loop, in plain decoding steps (0.94-1.11 measured)
+# Costs on the reference CPU (1 thread, the default target); how they are measured: docs/experiments.md
+SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step
+STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify), in plain decoding steps
+PLAIN_COST = 1.0    # a step without drafts inside the speculative loop, in plain decoding steps
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 

@@ -120,8 +120,8 @@ class CandidateSelector(nn.Module):
         Greedy (T = 0, or drafts that are not sampled): the argmax after the chosen predecessor, q = None.
         Sampling (the rejection verifier): q_t covers the whole vocabulary, the selector's scores after the
         drawn predecessor on the K candidates and the drafter's logits on every other token, softmax at T
-        (at T=1 the target's mass outside the top 16 is ~30% here: sum min(p, q) per slot 0.56 -> 0.62 with
-        it). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its candidates after d_t
+        (at high temperature much of the target's mass lies outside the top K, and a q that covers it accepts
+        more; docs/sampling.md). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its candidates after d_t
         all the same (`scores`). Returns (tokens (n,), q (n, V) or None).
         """
         cand, table = cand.cpu(), table.detach().cpu()

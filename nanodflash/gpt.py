@@ -142,7 +142,7 @@ class GPT(nn.Module):
         import hashlib
         config = asdict(self.config)
         if config["head_dim"] == self.config.n_embd // self.config.n_head:
-            del config["head_dim"]                          # the derived default: hashes as before head_dim existed
+            del config["head_dim"]                          # a derived head_dim is not a setting of its own
         h = hashlib.sha256(repr(sorted(config.items())).encode())
         for name, t in sorted(self.state_dict().items()):
             h.update(name.encode())
