@@ -19,7 +19,7 @@ A DFlash 1 slot drafts its argmax without knowing what the slots before it draft
 
 Everything that can be batched is: one pass gives every slot's candidates, and one small matmul gives the
 score of every candidate after every possible predecessor (a (n, K, K) table). The walk that remains is
-n lookups into that table. Parameter names follow the official checkpoints (docs/design.md).
+n lookups into that table (docs/design.md §2). Parameter names follow the official checkpoints (§3.1).
 """
 
 import math

@@ -20,6 +20,7 @@ At inference the context K/V are cached. The features of newly verified position
 `extend` and projected at the start of the next draft pass (`project_context`), so each speculative
 step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees
 context features j < a_b and its own slots, nothing of the other blocks (`training_mask`).
+The same, stated precisely: docs/design.md §1.1-1.4 and §1.7.
 """
 
 import math

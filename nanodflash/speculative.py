@@ -8,6 +8,7 @@ greedy `generate`; sampled speculative output has exactly the target's distribut
 block_size: None = the drafter's B; an int <= B; "auto" = chosen each step from the acceptance so far
 (block_policy.py: smaller blocks when sampling, and a plain step when no draft would pay).
 The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else ValueError.
+The step, and why each verifier is exact: docs/design.md §1.5-1.6.
 """
 
 import time
