@@ -38,6 +38,7 @@ from .sampling import probs_from_logits, sample
 from .speculative import SpecStats, _check_request, _first_stop, next_token
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
+TREE_TEMPERATURE = 1.0  # path scores = log-softmax(drafter scores / this)
 
 
 @dataclass
@@ -65,17 +66,18 @@ class TreeStats(SpecStats):
     tree_nodes: list = field(default_factory=list)   # draft nodes verified per step (the anchor not counted)
 
 
-def slot_candidates(drafter, dcache, anchor, n_draft):
+def slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature=TREE_TEMPERATURE):
     """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K): logp[t, i, c] = log-prob of
-    candidate c at slot t+1 after candidate i of slot t (for t = 0, after the anchor: every row the same)."""
+    candidate c at slot t+1 after candidate i of slot t (for t = 0, after the anchor: every row the same),
+    a softmax of the drafter's scores / tree_temperature."""
     block = drafter.mask_block(dcache, anchor, n_draft)                          # (1, n+1) [anchor, MASK, ...]
     selector = getattr(drafter, "candidate_selector", None)
     if selector is not None:                                                     # DFlash 2: the transition table
         hidden = drafter.block_hidden(dcache, block)[0, 1:]                      # (n, D)
         cand, table = selector.transition_table(hidden, drafter.target.lm_head(hidden), anchor)
-        return cand.cpu(), table.detach().cpu().log_softmax(-1)                  # (n, K), (n, K, K)
+        return cand.cpu(), (table.detach().cpu() / tree_temperature).log_softmax(-1)   # (n, K), (n, K, K)
     logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()          # (n, V) DFlash 1: marginals
-    logp, cand = logits.log_softmax(-1).topk(min(DFLASH1_TOP_K, logits.size(-1)), dim=-1)   # (n, K) each
+    logp, cand = (logits / tree_temperature).log_softmax(-1).topk(min(DFLASH1_TOP_K, logits.size(-1)), dim=-1)   # (n, K) each
     return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                   # the same row for any parent
 
 
@@ -108,11 +110,12 @@ def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     return tree
 
 
-def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None):
+def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None, tree_temperature=TREE_TEMPERATURE):
     """A tree of at most tree_nodes drafts, at most n_draft deep, from one drafter pass."""
     if n_draft == 0 or tree_nodes == 0:
         return Tree([anchor], [-1], [0], [0.0], [{}])
-    return build_tree(anchor, *slot_candidates(drafter, dcache, anchor, n_draft), tree_nodes, branching)
+    cand, logp = slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature)
+    return build_tree(anchor, cand, logp, tree_nodes, branching)
 
 
 def tree_mask(parent):
@@ -165,10 +168,12 @@ def keep_path(cache, start, path):
 
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, temperature=0.0,
-                              top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None):
+                              top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None,
+                              tree_temperature=TREE_TEMPERATURE):
     """DFlash with tree verification: one drafter pass builds a tree of <= tree_nodes drafts, one target pass
     verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
-    branching: at most this many children per node (None: the candidates per slot, K)."""
+    branching: at most this many children per node (None: the candidates per slot, K). tree_temperature: the
+    drafter's scores are divided by it before the softmax that ranks paths (shapes the tree, never the output)."""
     prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
     window = target.config.max_seq_len
     room = max(1, window - prompt.size(1) - 1)                  # the first verify: prompt + anchor + tree
@@ -178,6 +183,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
                          f"(max_seq_len={window}), got {tree_nodes!r}")
     if branching is not None and (int(branching) != branching or branching < 1):
         raise ValueError(f"branching must be a positive integer or None, got {branching!r}")
+    if not 0 < tree_temperature < float("inf"):
+        raise ValueError(f"tree_temperature must be > 0 and finite, got {tree_temperature!r}")
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens
     cache = target.new_cache(1, min(window, n_max + tree_nodes))               # room for the tree's scratch
@@ -191,7 +198,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         n_nodes = min(tree_nodes, cache.max_len - start - 1)                  # near the window: a smaller tree
         t0 = time.perf_counter()
-        tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching)   # depth <= B-1, left
+        tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching, tree_temperature)
         t1 = time.perf_counter()
         logits, feats = verify_tree(target, cache, tree, ids)                 # (N+1, V), one target pass
         path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)

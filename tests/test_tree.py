@@ -316,7 +316,7 @@ def test_tree_nodes_outside_what_the_window_allows_is_a_clear_value_error(target
         tree_speculative_generate(target, drafter, PROMPTS[1], 10, tree_nodes=bad)
 
 
-def test_the_largest_tree_the_window_allows_is_accepted_and_branching_must_be_positive(target, drafter):
+def test_the_largest_tree_the_window_allows_is_accepted_and_branching_and_tree_temperature_are_checked(target, drafter):
     room = target.config.max_seq_len - len(PROMPTS[1]) - 1
     out, _ = tree_speculative_generate(target, drafter, PROMPTS[1], 10, tree_nodes=room)
     assert out == generate(target, PROMPTS[1], 10), "the largest allowed tree decoded something else"
@@ -324,3 +324,6 @@ def test_the_largest_tree_the_window_allows_is_accepted_and_branching_must_be_po
         tree_speculative_generate(target, drafter, PROMPTS[1], 10, tree_nodes=room + 1)
     with pytest.raises(ValueError, match="branching"):
         tree_speculative_generate(target, drafter, PROMPTS[1], 10, branching=0)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="tree_temperature"):
+            tree_speculative_generate(target, drafter, PROMPTS[1], 10, tree_temperature=bad)

@@ -27,11 +27,11 @@ import torch
 
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
-from .cli import MAX_COUNT, MAX_SEED, ints, threads
+from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
 from ..checkpoint import load
 from ..data import val_prompts
 from ..speculative import generate, speculative_generate
-from ..tree import slot_candidates, tree_speculative_generate
+from ..tree import TREE_TEMPERATURE, slot_candidates, tree_speculative_generate
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -45,7 +45,7 @@ def recorded(run, record):
     return wrapped
 
 
-def tree_methods(drafter, sizes, block_size, branching=None):
+def tree_methods(drafter, sizes, block_size, branching=None, tree_temperature=TREE_TEMPERATURE):
     """(methods, records): plain greedy, the single path at block_size, one tree row per size."""
     kind, records = kind_of(drafter), {}
 
@@ -54,7 +54,8 @@ def tree_methods(drafter, sizes, block_size, branching=None):
 
     def tree(N):
         return lambda target, d, prompt, n, g: tree_speculative_generate(target, d, prompt, n, tree_nodes=N,
-                                                                         branching=branching)
+                                                                         branching=branching,
+                                                                         tree_temperature=tree_temperature)
     methods = [Method("plain greedy", 0.0, plain_method())]
     for name, run in [(f"{kind} B={block_size}", single)] + [(f"{kind} tree N={N}", tree(N)) for N in sizes]:
         records[name] = []
@@ -123,6 +124,8 @@ def parse_args(argv=None):
     p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
                    help="tree sizes N (draft nodes per step, at most) (default: %(default)s)")
     p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most (default: K)")
+    p.add_argument("--tree_temperature", type=floats(0, None, low_open=True), default=TREE_TEMPERATURE,
+                   help="path scores = log-softmax(drafter scores / this) (default: %(default)s)")
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
@@ -138,7 +141,7 @@ def main(argv=None):
         tok, target, drafter = load(args.out, args.device)
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         B = min(16, drafter.config.block_size)
-        methods, records = tree_methods(drafter, args.sizes, B, args.branching)
+        methods, records = tree_methods(drafter, args.sizes, B, args.branching, args.tree_temperature)
         for m in methods:                                   # warm-up (not recorded): allocation, kernel setup
             m.run(target, drafter, prompts[0], min(16, args.max_new_tokens), None)
         for r in records.values():
@@ -153,7 +156,7 @@ def main(argv=None):
              else torch.cuda.get_device_name())
     machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
     print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
-          f"{args.max_new_tokens} new tokens each, greedy | {machine}")
+          f"{args.max_new_tokens} new tokens each, greedy, tree_temperature {args.tree_temperature} | {machine}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
@@ -176,7 +179,7 @@ def main(argv=None):
     if args.json:
         keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s", "matches_plain")
         with open(args.json, "w") as f:
-            json.dump(dict(out=args.out, machine=machine, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+            json.dump(dict(out=args.out, machine=machine, tree_temperature=args.tree_temperature, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
                            rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles, ceiling=ceiling),
                       f, indent=1)
 
