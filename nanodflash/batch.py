@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .block_policy import DECAY, AdaptiveBlockSize
+from .block_policy import DECAY, AdaptiveBlockSize, block_sizes
 from .gpt import KVCache
-from .sampling import DraftRule, next_token
-from .speculative import VERIFIERS, SpecStats, _check_request, _first_stop, _verify
+from .sampling import next_token
+from .speculative import NO_DRAFTS, SpecStats, _check_request, _first_stop, _verify, draft_rule
 
 # The cost model of block_size="auto": seconds of one forward, in units of a (1 row, 1 token) target forward.
 # Measured by `python -m nanodflash.tools.bench_batch --costs_only` (docs/batching.md) on the default 24 x 128
@@ -76,6 +76,20 @@ class BatchBlockSize(AdaptiveBlockSize):
             return super().update(0, 0)
         self.accepted = DECAY * self.accepted + sum(a for _, a in pairs)
         self.reached = DECAY * self.reached + sum(n if a >= n else a + 1 for n, a in pairs)
+
+
+def _greedy_walk(selector, hidden, logits, anchors):
+    """DFlash 2's greedy selector walk (dflash2.CandidateSelector.transition_table + walk) for R blocks at once:
+    hidden (R, n, D), logits (R, n, V), anchors (R,) -> tokens (R, n)."""
+    unary, cand = selector.candidates(logits)                                                # (R, n, K) each
+    succ = selector.successor_codebook(cand) * selector.hidden_projection(hidden)[:, :, None]   # (R, n, K, r)
+    prev = torch.cat([anchors[:, None, None].expand(-1, 1, cand.size(2)), cand[:, :-1]], 1)  # (R, n, K) predecessors
+    table = unary[:, :, None] + selector.predecessor_codebook(prev) @ succ.transpose(-1, -2)  # (R, n, K, K)
+    rows, i, path = torch.arange(cand.size(0), device=cand.device), torch.zeros_like(cand[:, 0, 0]), []
+    for t in range(cand.size(1)):                          # slot t: the best candidate after the one chosen before
+        i = table[rows, t, i].argmax(-1)
+        path.append(cand[rows, t, i])
+    return torch.stack(path, 1) if path else cand[:, :, 0]
 
 
 class RaggedKVCache(KVCache):
@@ -229,20 +243,12 @@ class SpecBatch(_Batch):
         B = drafter.config.block_size
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
                          layer_ids=drafter.config.target_layer_ids, slack=B)
-        self.auto = block_size == "auto"
-        self.B = B if block_size is None or self.auto else block_size
-        if isinstance(self.B, str) or int(self.B) != self.B or not 1 <= self.B <= B:
-            raise ValueError(f"block_size must be \"auto\" or an integer in [1, {B}] (the drafter was trained with "
-                             f"block_size={B}), got {block_size!r}")
-        if verifier not in VERIFIERS and not callable(verifier):
-            raise ValueError(f"unknown verifier {verifier!r}; choose one of {VERIFIERS}")
-        self.sizer = BatchBlockSize(B) if self.auto else None
+        self.auto = block_size == "auto"                 # fixed sizes are checked as at batch 1 (block_policy.py)
+        self.sizer = BatchBlockSize(B) if self.auto else block_sizes(block_size, B)
+        self.choose = draft_rule(verifier, temperature, generator)                       # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
-        sample_drafts = getattr(verifier, "samples_drafts", verifier == "rejection") and temperature > 0
-        self.choose = DraftRule(temperature, sample_drafts, generator)
         self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, self.cache.k.dtype)
-        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_forwards=1,
-                                batch_rows=[], block_sizes=[])
+        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_forwards=1)
 
     def keep(self, index):
         self.cache.keep(index)
@@ -265,44 +271,40 @@ class SpecBatch(_Batch):
         self.dcache.advance(counts)
 
     def draft(self, T, sizes):
-        """One drafter pass for every row's block [anchor, MASK x (T-1)], row r using its first sizes[r] slots.
-        Returns per row: drafts (sizes[r]-1,) and q (for sampled drafts) or None."""
-        d, R, L = self.drafter, len(self.rows), self.dcache.length
-        block = torch.full((R, T), d.config.mask_token_id, device=self.device)
-        block[:, 0] = torch.tensor([self.outs[r][-1] for r in self.rows], device=self.device)
-        lens = torch.tensor(self.dcache.lengths, device=self.device)
-        sees = torch.cat([torch.arange(L, device=self.device)[None] < lens[:, None],          # (R, L) its context
-                          torch.arange(T, device=self.device)[None] < torch.tensor(sizes, device=self.device)[:, None]], dim=1)
-        cos, sin = d._rope(lens[:, None] + torch.arange(T, device=self.device), self.cache.k.dtype)
-        x = d.target.embed_tokens(block)                                                  # (R, T, D)
+        """One drafter pass for every row's block [anchor, MASK x (T-1)], row r seeing only its first sizes[r]
+        slots (so its drafts are those of a block of sizes[r] alone). Returns per row: drafts and q (or None)."""
+        d, R, L, dev = self.drafter, len(self.rows), self.dcache.length, self.device
+        anchors = torch.tensor([self.outs[r][-1] for r in self.rows], device=dev)            # (R,)
+        block = torch.cat([anchors[:, None], torch.full((R, T - 1), d.config.mask_token_id, device=dev)], 1)
+        lens = torch.tensor(self.dcache.lengths, device=dev)
+        sees = torch.cat([torch.arange(L, device=dev) < lens[:, None],                      # (R, L): its context,
+                          torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]], 1)   # its slots
+        cos, sin = d._rope(lens[:, None] + torch.arange(T, device=dev), self.cache.k.dtype)  # (R, 1, T, hd)
+        x = d.target.embed_tokens(block)                                                     # (R, T, D)
         for i, layer in enumerate(d.layers):
             x, _, _ = layer(x, self.dcache.k[i, :, :, :L], self.dcache.v[i, :, :, :L], cos, sin, sees[:, None, None])
-        hidden = d.norm(x)[:, 1:]                                                         # (R, T-1, D): the drafts' slots
-        logits = d.target.lm_head(hidden)                                                 # (R, T-1, V)
+        hidden = d.norm(x)[:, 1:]                                                            # (R, T-1, D): draft slots
+        logits = d.target.lm_head(hidden)                                                    # (R, T-1, V)
         selector = getattr(d, "candidate_selector", None)
-        if selector is None and self.temperature == 0:                                    # DFlash greedy: one argmax
-            best = logits.argmax(-1).cpu()
-            return [best[r, : n - 1] for r, n in enumerate(sizes)], [None] * R
-        drafts, qs = [], []
-        for r, n in enumerate(sizes):                                                     # per row, as at batch 1
+        if self.temperature == 0:                                                            # greedy: all rows at once
+            best = logits.argmax(-1) if selector is None else _greedy_walk(selector, hidden, logits, anchors)
+            return [t[: n - 1] for t, n in zip(best.cpu(), sizes)], [None] * R
+        drafts = []                                                                          # sampling: per row, with
+        for r, n in enumerate(sizes):                                                        # batch 1's functions
             h, lg = hidden[r, : n - 1], logits[r, : n - 1]
             if selector is None or n == 1:
-                tokens, q = self.choose(lg)
-            else:                                                                         # DFlash 2: the selector's walk
-                cand, table = selector.transition_table(h, lg, self.outs[self.rows[r]][-1])
-                tokens, q = selector.walk(cand, table, self.choose, h, lg)
-            drafts.append(tokens)
-            qs.append(q)
-        return drafts, qs
+                drafts.append(self.choose(lg))
+            else:                                                                            # DFlash 2's walk
+                drafts.append(selector.walk(*selector.transition_table(h, lg, int(anchors[r])), self.choose, h, lg))
+        return [t for t, _ in drafts], [q for _, q in drafts]
 
     def verify(self, drafts, qs, logits, sizes):
         """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
-        if self.temperature == 0:                                                         # greedy: all rows at once
-            pred = logits.argmax(-1).cpu()                                                # (R, T)
-            padded = torch.full((len(sizes), pred.size(1) - 1), -1, dtype=torch.long)    # -1 never matches
-            for r, dr in enumerate(drafts):
-                padded[r, : dr.numel()] = dr
-            n_acc = (padded == pred[:, :-1]).long().cumprod(1).sum(1)                     # (R,)
+        if self.temperature == 0:                                                            # greedy: all rows at once
+            pred = logits.argmax(-1).cpu()                                                   # (R, T)
+            padded = torch.tensor([d.tolist() + [-1] * (pred.size(1) - 1 - d.numel()) for d in drafts],
+                                  dtype=torch.long).view(len(drafts), -1)                   # (R, T-1); -1 never matches
+            n_acc = (padded == pred[:, :-1]).long().cumprod(1).sum(1)                        # (R,)
             return list(zip(n_acc.tolist(), pred.gather(1, n_acc[:, None])[:, 0].tolist()))
         logits = logits.cpu()
         return [_verify(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
@@ -310,34 +312,30 @@ class SpecBatch(_Batch):
 
     def step(self):
         """One speculative step for every row: draft, verify in one target pass, keep each row's agreed prefix."""
-        R = len(self.rows)
+        R, st = len(self.rows), self.stats
         left = [self.max_new - len(self.outs[r]) for r in self.rows]
-        T = min(self.sizer.next_for(R) if self.auto else self.B, max(left) + 1, self.window - max(self.cache.lengths))
-        sizes = [min(T, n + 1) for n in left]                                             # drafts may reach the limit
+        T = min(self.sizer.next_for(R) if self.auto else self.sizer.next(), max(left) + 1,
+                self.window - self.cache.length)                                             # one block size ...
+        sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts may reach its limit)
         t0 = time.perf_counter()
-        drafts, qs = self.draft(T, sizes) if T > 1 else ([torch.zeros(0, dtype=torch.long)] * R, [None] * R)
+        drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
         t1 = time.perf_counter()
-        block = torch.zeros(R, T, dtype=torch.long)                                       # (R, T): anchor, drafts, pad
-        for i, (r, dr) in enumerate(zip(self.rows, drafts)):
-            block[i, 0], block[i, 1: 1 + dr.numel()] = self.outs[r][-1], dr
-        logits, feats = self.forward(block.to(self.device))                               # verify every row's block
+        block = torch.tensor([[self.outs[r][-1]] + dr.tolist() + [0] * (T - 1 - dr.numel())   # (R, T): anchor,
+                              for r, dr in zip(self.rows, drafts)], device=self.device)       # drafts, padding
+        logits, feats = self.forward(block)                                                  # verify every block
         results = self.verify(drafts, qs, logits, sizes)
         new = []
         for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
             tokens = drafts[i][:n_acc].tolist() + [bonus]
-            new.append(tokens[: min(left[i], _first_stop(tokens, self.stops))])          # cut at the limit or a stop
-            s = self.stats.rows[r]
-            s.block_sizes.append(sizes[i])
-            s.acceptance_lengths.append(len(new[-1]))
-            s.accepted_drafts.append(min(n_acc, len(new[-1])))
-        counts = [len(t) for t in new]                                                    # anchor + accepted stay cached
+            new.append(tokens[: min(left[i], _first_stop(tokens, self.stops))])             # cut at the limit, a stop
+            st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
+        counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
         self.cache.advance(counts)
         t2 = time.perf_counter()
-        self.extend_context(feats, counts)                                                # ... and become drafter context
+        self.extend_context(feats, counts)                                                   # ... as drafter context
         self.emit(new)
         if self.auto:
             self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
-        st = self.stats
         st.batch_rows.append(R)
         st.block_sizes.append(T)
         st.target_forwards += 1

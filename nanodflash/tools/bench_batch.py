@@ -1,0 +1,189 @@
+"""Batched decoding benchmark: plain batched decoding vs batched DFlash, per batch size, side by side in one run.
+
+    python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
+    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # batch.py's cost tables, re-measured
+
+For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut into
+batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up. Methods:
+plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16 and auto, all
+greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1 bar. Reported:
+total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to plain at the same R,
+τ, the batch size at which each block size stops paying (its first R with tokens/s below plain's), and whether
+every greedy output equals plain's. Then the cost tables batch.py's block_size="auto" uses, measured here: one
+target forward of R rows x t tokens, and one drafter pass (draft + projecting the verified context), each
+relative to a (1 row, 1 token) target forward, at context CONTEXT, median of N_TIMED calls.
+"""
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import torch
+
+from ..batch import COST_TOKENS, SpecBatch, generate_batch, speculative_generate_batch
+from ..checkpoint import load
+from ..data import val_prompts
+from ..speculative import speculative_generate
+from .cli import MAX_SEED, ints, threads
+from .timing import median_time, sync
+
+N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
+COST_ROWS, CONTEXT, N_TIMED = (1, 4, 8, 16, 32), 64, 30
+
+
+def methods(drafter):
+    plain = ("plain", lambda t, d, ps, n: (generate_batch(t, ps, n), None))
+    spec = [(f"dflash B={b}", lambda t, d, ps, n, b=b: speculative_generate_batch(t, d, ps, n, block_size=b))
+            for b in (4, 8, 16, "auto") if b == "auto" or b <= drafter.config.block_size]
+    return [plain] + spec
+
+
+def batch1_methods(drafter):
+    """The batch-1 reference loop, one prompt at a time (R = 1 only), at the drafter's B and auto."""
+    return [(f"batch-1 loop B={b or drafter.config.block_size}", lambda t, d, ps, n, b=b: ([speculative_generate(t, d, ps[0], n, block_size=b)[0]],
+                                                               None)) for b in (None, "auto")]
+
+
+def run_batch_size(target, drafter, prompts, R, max_new_tokens):
+    """{method name: dict(tokens, seconds, tau, matches_plain)} over the prompts in batches of R, interleaved."""
+    ms = methods(drafter) + (batch1_methods(drafter) if R == 1 else [])
+    device = next(target.parameters()).device
+    chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
+    for _, fn in ms:                                               # warm-up: allocation, first-call costs
+        fn(target, drafter, chunks[0], 8)
+    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, matches_plain=True) for name, _ in ms}
+    for j, chunk in enumerate(chunks):
+        outs = {}
+        for name, fn in ms[j % len(ms):] + ms[: j % len(ms)]:
+            sync(device)
+            t0 = time.perf_counter()
+            out, stats = fn(target, drafter, chunk, max_new_tokens)
+            sync(device)
+            a = acc[name]
+            a["seconds"] += time.perf_counter() - t0
+            a["tokens"] += sum(map(len, out))
+            if stats is not None:
+                a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
+                a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
+            outs[name] = out
+        for name in outs:
+            acc[name]["matches_plain"] &= outs[name] == outs["plain"]
+    for a in acc.values():
+        a["tokens_per_s"] = a["tokens"] / a["seconds"]
+        a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
+        del a["steps"]
+    return acc
+
+
+@torch.no_grad()
+def cost_tables(target, drafter, prompt, rows=COST_ROWS, tokens=COST_TOKENS, n=N_TIMED):   # rows, tokens start at 1
+    """(target, drafter) tables {R: [cost at t for t in tokens]}: one ragged forward of R rows x t tokens, and one
+    drafter pass of R rows x t slots plus projecting t verified positions per row, at context CONTEXT, in units of
+    a (1 row, 1 token) target forward. Rows get different contexts' lengths (CONTEXT - r % 3) so the ragged
+    write and mask are the ones the loop uses."""
+    device = next(target.parameters()).device
+    context = (prompt * (CONTEXT // len(prompt) + 1))[:CONTEXT]
+    times_t, times_d = {}, {}
+    for R in rows:
+        batch = SpecBatch(target, drafter, [context[: CONTEXT - r % 3] for r in range(R)], 2 * max(tokens))
+        batch.prefill()
+        lens, dlens = list(batch.cache.lengths), list(batch.dcache.lengths)
+        for t in tokens:
+            block = torch.tensor([context[:t]] * R, device=device)                       # (R, t): any t tokens
+            _, feats = batch.forward(block)
+
+            def verify():
+                batch.cache.lengths = list(lens)
+                batch.forward(block)
+
+            def draft():
+                batch.dcache.lengths = list(dlens)
+                if t > 1:
+                    batch.draft(t, [t] * R)
+                batch.extend_context(feats, [t] * R)
+            times_t[R, t] = median_time(verify, device, n)
+            times_d[R, t] = median_time(draft, device, n)
+    unit = times_t[1, 1]
+    return ({R: [times_t[R, t] / unit for t in tokens] for R in rows},
+            {R: [times_d[R, t] / unit for t in tokens] for R in rows}, unit)
+
+
+def format_costs(table, name):
+    lines = [f"{name} (rows x tokens, in (1 row, 1 token) target forwards):",
+             "  rows " + "".join(f"  t={t:<4}" for t in COST_TOKENS)]
+    for R, costs in table.items():
+        lines.append(f"  {R:>4} " + "".join(f"  {c:6.2f}" for c in costs))
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default: %(default)s)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="held-out prompts per batch size")
+    p.add_argument("--max_new_tokens", type=ints(2, 100000), default=MAX_NEW_TOKENS)
+    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED)
+    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of batch.py's auto")
+    p.add_argument("--json", default=None, metavar="PATH")
+    args = p.parse_args(argv)
+    try:
+        args.batch = [int(b) for b in args.batch.split(",")]
+    except ValueError:
+        p.error(f"--batch must be comma-separated integers, got {args.batch!r}")
+    if any(b < 1 for b in args.batch):
+        p.error(f"--batch sizes must be >= 1, got {args.batch}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    tok, target, drafter = load(args.out, args.device)
+    prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed)
+    where = f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} CPUs" if args.device == "cpu" else args.device
+    print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, B={drafter.config.block_size}) | "
+          f"{len(prompts)} prompts x {PROMPT_LEN} tokens, {args.max_new_tokens} new tokens, greedy | "
+          f"{platform.machine()}, torch {torch.__version__}, {where}")
+    result = dict(args={k: v for k, v in vars(args).items()}, batch={})
+    if not args.costs_only:
+        t0 = time.perf_counter()
+        for R in args.batch:
+            result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens)
+            print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
+        names = list(next(iter(result["batch"].values())))
+        spec = [n for n in names if n.startswith("dflash")]
+        print("\ntotal tokens/s (ratio to plain batched decoding at the same batch size); τ in brackets")
+        print(f"{'method':<22}" + "".join(f"{'batch ' + str(R):>22}" for R in args.batch))
+        for name in names + [n for n in result["batch"].get(1, {}) if n not in names]:
+            cells = []
+            for R in args.batch:
+                a, plain = result["batch"][R].get(name), result["batch"][R]["plain"]
+                if a is None:
+                    cells.append(f"{'':>22}")
+                    continue
+                tau = f" [{a['tau']:.2f}]" if a["tau"] else ""
+                cells.append(f"{a['tokens_per_s']:8.1f} ({a['tokens_per_s'] / plain['tokens_per_s']:4.2f}x){tau:>7}")
+            print(f"{name:<22}" + "".join(f"{c:>22}" for c in cells))
+        print("\nbatch size at which each block size stops paying (tokens/s below plain):")
+        for name in spec:
+            worse = [R for R in args.batch if result["batch"][R][name]["tokens_per_s"]
+                     < result["batch"][R]["plain"]["tokens_per_s"]]
+            print(f"  {name:<14} {'batch ' + str(worse[0]) if worse else 'never, up to batch ' + str(args.batch[-1])}")
+        bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items() if not a["matches_plain"]]
+        print(f"greedy outputs identical to plain batched decoding everywhere: {'NO: ' + str(bad) if bad else 'yes'}")
+    target_cost, draft_cost, unit = cost_tables(target, drafter, prompts[0])
+    print(f"\ncost tables (context {CONTEXT}, median of {N_TIMED} calls; unit = {1e3 * unit:.3f} ms):")
+    print(format_costs(target_cost, "TARGET_COST: one target forward"))
+    print(format_costs(draft_cost, "DRAFT_COST: one drafter pass + projecting the new context"))
+    result.update(target_cost=target_cost, draft_cost=draft_cost, unit_s=unit)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
