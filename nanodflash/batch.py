@@ -18,6 +18,7 @@ leaves the batch at the next step, so it costs nothing from then on.
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .block_policy import DECAY, AdaptiveBlockSize, block_sizes
@@ -85,11 +86,12 @@ def _greedy_walk(selector, hidden, logits, anchors):
     succ = selector.successor_codebook(cand) * selector.hidden_projection(hidden)[:, :, None]   # (R, n, K, r)
     prev = torch.cat([anchors[:, None, None].expand(-1, 1, cand.size(2)), cand[:, :-1]], 1)  # (R, n, K) predecessors
     table = unary[:, :, None] + selector.predecessor_codebook(prev) @ succ.transpose(-1, -2)  # (R, n, K, K)
-    rows, i, path = torch.arange(cand.size(0), device=cand.device), torch.zeros_like(cand[:, 0, 0]), []
+    table, cand = table.detach().cpu().numpy(), cand.cpu()     # the walk: n tiny steps, cheapest in numpy
+    rows, i, path = np.arange(len(cand)), np.zeros(len(cand), dtype=np.int64), []
     for t in range(cand.size(1)):                          # slot t: the best candidate after the one chosen before
         i = table[rows, t, i].argmax(-1)
-        path.append(cand[rows, t, i])
-    return torch.stack(path, 1) if path else cand[:, :, 0]
+        path.append(i)
+    return cand.gather(2, torch.from_numpy(np.stack(path, 1)).view(len(cand), -1, 1))[:, :, 0]   # (R, n)
 
 
 class RaggedKVCache(KVCache):
