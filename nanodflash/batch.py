@@ -15,7 +15,6 @@ batch 1 (a row's length simply does not move past it). A row that is done (stop 
 leaves the batch at the next step, so it costs nothing from then on.
 """
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,8 +116,6 @@ class RaggedKVCache(KVCache):
     def write(self, layer, start, k, v):
         if min(self.lengths) == start:                      # every row at the same length: a slice, as at batch 1
             return super().write(layer, start, k, v)
-        if self.length + k.size(2) > self.max_len:
-            raise ValueError(f"KV cache overflow: {self.length + k.size(2)} columns > max_len={self.max_len}")
         index = self._pos[:, None, :, None].expand_as(k)                                   # (R, Hkv, t, hd)
         self.k[layer].scatter_(2, index, k)
         self.v[layer].scatter_(2, index, v)
@@ -138,14 +135,11 @@ class RaggedKVCache(KVCache):
 
 
 @dataclass
-class BatchStats:
-    rows: list = field(default_factory=list)          # one SpecStats per prompt, in prompt order
-    batch_rows: list = field(default_factory=list)    # rows still in the batch at each step
-    block_sizes: list = field(default_factory=list)   # the step's block (anchor + drafts; a row may use fewer)
-    target_forwards: int = 0                          # prefill + one verify per step, for the whole batch
-    draft_time: float = 0.0
-    verify_time: float = 0.0
-    prefill_time: float = 0.0
+class BatchStats(SpecStats):
+    """The batch's steps (block_sizes: each step's block; a row may use fewer slots), forwards, times and caches,
+    plus `rows`: one SpecStats per prompt (its own acceptance lengths and τ), and the batch's size per step."""
+    rows: list = field(default_factory=list)
+    batch_rows: list = field(default_factory=list)
 
     @property
     def taus(self):
@@ -172,12 +166,9 @@ class _Batch:
             except ValueError as e:
                 raise ValueError(f"prompt {i} of the batch: {e}") from None
         self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
-        self.sampling = (temperature, top_k, top_p)
-        self.stops = checked[0][1]
-        self.prompts = [p[0].tolist() for p, _ in checked]
-        self.device = checked[0][0].device
+        self.sampling, self.stops, self.device = (temperature, top_k, top_p), checked[0][1], checked[0][0].device
+        self.prompts, self.outs = [p[0].tolist() for p, _ in checked], [[] for _ in prompts]
         self.rows = list(range(len(prompts)))           # the prompt index of every row still in the batch
-        self.outs = [[] for _ in prompts]
         self.window = target.config.max_seq_len
         self.max_len = min(self.window, max(map(len, self.prompts)) + max_new_tokens + slack)
         self.cache = RaggedKVCache(target.config, len(prompts), self.max_len, self.device,
@@ -250,17 +241,15 @@ class SpecBatch(_Batch):
         self.choose = draft_rule(verifier, temperature, generator)                       # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
         self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, self.cache.k.dtype)
-        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_forwards=1)
+        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache, draft_cache=self.dcache)
 
     def keep(self, index):
         self.cache.keep(index)
         self.dcache.keep(index)
 
     def prefill(self):
-        t0 = time.perf_counter()
-        feats, P = super().prefill()
-        self.extend_context(feats, P)
-        self.stats.prefill_time = time.perf_counter() - t0
+        with self.stats.timer("prefill_time"):
+            self.extend_context(*super().prefill())
 
     def extend_context(self, feats, counts):
         """The drafter's context K/V for row r's newest counts[r] verified positions, from feats (R, t, F)."""
@@ -319,13 +308,13 @@ class SpecBatch(_Batch):
         T = min(self.sizer.next_for(R) if self.auto else self.sizer.next(), max(left) + 1,
                 self.window - self.cache.length)                                             # one block size ...
         sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts may reach its limit)
-        t0 = time.perf_counter()
-        drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
-        t1 = time.perf_counter()
+        with st.timer("draft_time"):
+            drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
         block = torch.tensor([[self.outs[r][-1]] + dr.tolist() + [0] * (T - 1 - dr.numel())   # (R, T): anchor,
                               for r, dr in zip(self.rows, drafts)], device=self.device)       # drafts, padding
-        logits, feats = self.forward(block)                                                  # verify every block
-        results = self.verify(drafts, qs, logits, sizes)
+        with st.timer("verify_time"):
+            logits, feats = self.forward(block)                                              # verify every block
+            results = self.verify(drafts, qs, logits, sizes)
         new = []
         for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
             tokens = drafts[i][:n_acc].tolist() + [bonus]
@@ -333,16 +322,14 @@ class SpecBatch(_Batch):
             st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
         counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
         self.cache.advance(counts)
-        t2 = time.perf_counter()
-        self.extend_context(feats, counts)                                                   # ... as drafter context
+        with st.timer("draft_time"):
+            self.extend_context(feats, counts)                                               # ... as drafter context
         self.emit(new)
         if self.auto:
             self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
         st.batch_rows.append(R)
         st.block_sizes.append(T)
         st.target_forwards += 1
-        st.verify_time += t2 - t1
-        st.draft_time += (t1 - t0) + (time.perf_counter() - t2)
 
     def run(self):
         self.prefill()
