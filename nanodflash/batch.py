@@ -241,11 +241,13 @@ class SpecBatch(_Batch):
         self.choose = draft_rule(verifier, temperature, generator)                       # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
         self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, self.cache.k.dtype)
+        self.pending = []           # features (R, 1, F) of plain steps' positions, projected when drafting resumes
         self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache, draft_cache=self.dcache)
 
     def keep(self, index):
         self.cache.keep(index)
         self.dcache.keep(index)
+        self.pending = [f[index] for f in self.pending]
 
     def prefill(self):
         with self.stats.timer("prefill_time"):
@@ -260,6 +262,12 @@ class SpecBatch(_Batch):
         for i, layer in enumerate(d.layers):
             self.dcache.write(i, self.dcache.length, *layer.self_attn.key_value(h, cos, sin))
         self.dcache.advance(counts)
+
+    def flush_context(self):
+        """Project the plain steps' queued positions (one per row per step, so the same count for every row)."""
+        if self.pending:
+            self.extend_context(torch.cat(self.pending, 1), [len(self.pending)] * len(self.rows))
+            self.pending.clear()
 
     def draft(self, T, sizes):
         """One drafter pass for every row's block [anchor, MASK x (T-1)], row r seeing only its first sizes[r]
@@ -309,6 +317,8 @@ class SpecBatch(_Batch):
                 self.window - self.cache.length)                                             # one block size ...
         sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts may reach its limit)
         with st.timer("draft_time"):
+            if T > 1:
+                self.flush_context()                        # the context the plain steps before this one queued
             drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
         block = torch.tensor([[self.outs[r][-1]] + dr.tolist() + [0] * (T - 1 - dr.numel())   # (R, T): anchor,
                               for r, dr in zip(self.rows, drafts)], device=self.device)       # drafts, padding
@@ -322,8 +332,11 @@ class SpecBatch(_Batch):
             st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
         counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
         self.cache.advance(counts)
-        with st.timer("draft_time"):
-            self.extend_context(feats, counts)                                               # ... as drafter context
+        with st.timer("draft_time"):                       # ... and become drafter context: now, or at the next
+            if T > 1:                                       # draft after plain steps (a plain step emits 1 per row)
+                self.extend_context(feats, counts)
+            else:
+                self.pending.append(feats[:, :1])
         self.emit(new)
         if self.auto:
             self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])

@@ -111,12 +111,35 @@ def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target
         assert torch.equal(drafts[i], alone), f"{kind} row {i}: batched drafts {drafts[i].tolist()} != alone {alone.tolist()}"
 
 
-def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens(target, drafters):
+class Cycle:
+    """A block-size schedule for tests: plain steps (1) between drafting ones, in a fixed cycle."""
+
+    def __init__(self, sizes):
+        self.sizes, self.i = sizes, 0
+
+    def next(self):
+        self.i += 1
+        return self.sizes[(self.i - 1) % len(self.sizes)]
+
+    def update(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("schedule", ["B=8", "plain steps between drafts, rows stopping"])
+def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens(target, drafters, refs, schedule):
     drafter = drafters["dflash2"]
-    batch = OracleBatch(target, drafter, PROMPTS, NEW, block_size=8, seed=3)
+    if schedule == "B=8":
+        batch, n_steps = OracleBatch(target, drafter, PROMPTS, NEW, block_size=8, seed=3), 3
+    else:                                                       # queued plain-step context, rows leaving meanwhile
+        batch, n_steps = OracleBatch(target, drafter, PROMPTS, NEW, stop_token_ids=stops_for(refs), seed=4), 9
+        batch.sizer = Cycle([1, 1, 6, 1, 1, 1, 3])
     batch.prefill()
-    for _ in range(3):
+    for _ in range(n_steps):
+        if not batch.drop_finished():
+            break
         batch.step()
+    assert len(batch.rows) > 2, "too few rows left to compare"
+    batch.flush_context()                                               # (plain steps queue the drafter's context)
     for i, r in enumerate(batch.rows):
         tokens = batch.prompts[r] + batch.outs[r][:-1]                  # verified; the last (bonus) is not fed yet
         n = len(tokens)
