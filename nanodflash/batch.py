@@ -25,20 +25,20 @@ from .gpt import KVCache
 from .sampling import next_token
 from .speculative import NO_DRAFTS, SpecStats, _check_request, _first_stop, _verify, draft_rule
 
-# The cost model of block_size="auto": seconds of one forward, in units of a (1 row, 1 token) target forward.
-# Measured by `python -m nanodflash.tools.bench_batch --costs_only` (docs/batching.md) on the default 24 x 128
-# target and dflash2 drafter, CPU, 1 thread, context 64; linear in between, the last two rows extrapolated.
+# The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
+# `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
+# 24 x 128 target and 2-layer dflash2 drafter, CPU, 1 thread, context 64, median of 30 calls; linear in between.
 COST_TOKENS = (1, 4, 8, 16)                     # tokens per row of the measured forwards
-TARGET_COST = {1: (0.99, 1.18, 1.34, 1.52),    # target forward of R rows x t tokens (with the ragged mask)
-               4: (1.21, 1.65, 2.00, 2.76),
-               8: (1.49, 2.12, 2.98, 4.20),
-               16: (2.09, 3.39, 5.01, 7.55),
-               32: (3.31, 5.57, 8.52, 13.68)}
-DRAFT_COST = {1: (0.10, 0.20, 0.22, 0.25),     # drafter pass of R rows x t slots + projecting the new context
-              4: (0.15, 0.40, 0.45, 0.55),     # (placeholders until measured: see docs/batching.md)
-              8: (0.20, 0.60, 0.70, 0.90),
-              16: (0.30, 1.00, 1.20, 1.60),
-              32: (0.50, 1.80, 2.20, 3.00)}
+TARGET_COST = {1: (1.00, 1.11, 1.16, 1.26),    # target forward of R rows x t tokens (ragged mask), by R
+               4: (0.94, 1.37, 1.53, 1.68),
+               8: (1.26, 1.94, 2.46, 3.15),
+               16: (1.58, 2.83, 4.14, 5.98),
+               32: (3.07, 4.40, 5.53, 8.60)}
+DRAFT_COST = {1: (0.04, 0.21, 0.20, 0.13),     # drafter pass of R rows x t slots + projecting t new positions
+              4: (0.04, 0.28, 0.24, 0.58),     # per row (t = 1: the projection only)
+              8: (0.04, 0.21, 0.60, 0.71),
+              16: (0.04, 0.42, 0.74, 1.21),
+              32: (0.05, 0.99, 0.76, 1.20)}
 
 
 def _line(xs, ys, x):
