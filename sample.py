@@ -25,9 +25,9 @@ import torch
 
 import nanodflash
 from nanodflash.tools import hf
-from nanodflash.tools.bench import val_prompts
-from nanodflash.checkpoint import drafter_path
-from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, ints_or, threads
+from nanodflash.checkpoint import TOY_RUN, drafter_path, is_toy_run, run_corpus
+from nanodflash.data import val_prompts
+from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.timing import side_by_side
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
@@ -66,12 +66,12 @@ def parse_args(argv=None):
     a("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype with --hf "
       "(bfloat16 halves the memory of a real model) (default: %(default)s)")
     a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
-    a("--data", default=None, help="corpus for the validation prompt; use train_tiny.py's --data "
-      "(default: the built-in stdlib corpus)")
+    a("--data", default=None, help="corpus for the validation prompt (default: the one the run was trained on, "
+      "from OUT/run.json; with --hf the built-in stdlib corpus)")
     a("--max_new_tokens", type=ints(1, MAX_COUNT), default=MAX_NEW_TOKENS, help="tokens to generate (default: %(default)s)")
-    a("--block_size", type=ints_or("auto", 1, 256), default=BLOCK_SIZE, help="draft block size B, at most the "
-      "drafter's, or auto: each step's size from the acceptance so far, smaller when sampling (default: the drafter's "
-      "when greedy, auto when sampling)")
+    a("--block_size", default=BLOCK_SIZE, help="draft block size B: an integer from 1 to the drafter's (checked once "
+      "the drafter is loaded), or auto: each step's size from the acceptance so far, smaller when sampling "
+      "(default: the drafter's when greedy, auto when sampling)")
     a("--temperature", type=floats(0), default=TEMPERATURE, help="0 = greedy + lossless self-check (default: %(default)s)")
     a("--top_k", type=ints(1), default=TOP_K, help="top-k filtering for T > 0 (default: off)")
     a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
@@ -148,6 +148,8 @@ def main(argv=None):
     kw = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if args.block_size is None and args.temperature > 0:
         args.block_size = "auto"
+    elif args.block_size not in (None, "auto") and args.block_size.lstrip("-").isdigit():
+        args.block_size = int(args.block_size)           # anything else: the library's one message says the range
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
     try:
         if args.hf:
@@ -155,8 +157,9 @@ def main(argv=None):
             kw["stop_token_ids"] = spec_kw["stop_token_ids"] = hf.eos_token_ids(args.hf[0])
         else:                           # T > 0: drafter_sampling.pt, where the run made one (train_tiny.py)
             tok, target, drafter = nanodflash.load(args.out, args.device, sampling=args.temperature > 0)
-        if args.prompt is None:
-            prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, args.data)[0]
+        if args.prompt is None:                  # from the corpus the run was trained on, unless --data says
+            data = args.data or (None if args.hf else run_corpus(args.out))
+            prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, data)[0]
         else:
             text = normalize(tok, args.prompt)                                 # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set, disallowed_special=())
@@ -170,6 +173,8 @@ def main(argv=None):
     print(f"nanodflash sample: {source} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
           f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")
+    if not args.hf and is_toy_run(args.out):
+        print(TOY_RUN)
     if style != "plain":
         legend = [("prompt", "prompt"), ("draft", "accepted drafts"), ("target", "target tokens (prefill / bonus)")]
         print("legend: " + "  ".join(styled(k, s, style) for k, s in legend) + "   (--plain: the text alone)")

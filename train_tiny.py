@@ -24,7 +24,7 @@ import torch
 from nanodflash import checkpoint as ckpt
 from nanodflash.tools import baselines
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints
-from nanodflash.data import BUILTIN_CORPORA, DEFAULT_CORPUS, check_enough, load_corpus, split_train_val, window_prompts
+from nanodflash.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.resume import data_hash, differences
 from nanodflash.tools.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
@@ -186,13 +186,6 @@ def reusable(path, saved, now):
     return True
 
 
-def corpus_record(data, text):
-    """run.json's corpus: a built-in corpus by name, or the file's absolute path; and a hash of its text."""
-    name = DEFAULT_CORPUS if data is None else data if data in BUILTIN_CORPORA and not os.path.exists(data) \
-        else os.path.abspath(data)
-    return {"data": name, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
-
-
 def file_hash(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]
@@ -333,7 +326,7 @@ def main(argv=None):
 
     # 5. summary
     torch.set_num_threads(DECODE_THREADS)
-    if args.smoke:
+    if ckpt.is_toy_run(args.out):
         print("\n" + ckpt.TOY_RUN)
     print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
                   args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS, sampler)
@@ -349,7 +342,7 @@ def cli(argv=None):
         print("\ninterrupted: finished stages are saved, and the stage in progress as of its last step; "
               "rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
 

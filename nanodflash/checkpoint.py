@@ -22,6 +22,7 @@ import torch
 
 from .dflash2 import DFlash2Drafter
 from .drafter import Drafter
+from .data import BUILTIN_CORPORA, corpus_record, load_corpus
 from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
@@ -166,7 +167,25 @@ def write_run(out_dir, record):
 
 def is_toy_run(out_dir):
     """True when out_dir's run.json says train_tiny.py --smoke made it."""
-    return bool((read_run(out_dir) or {}).get("smoke"))
+    return bool(((read_run(out_dir) or {}).get("made_by") or {}).get("smoke"))
+
+
+def run_corpus(out_dir):
+    """The --data the run in out_dir was trained on (a built-in corpus' name or a file's path), from its
+    run.json; None (the default corpus) without one. A corpus file that is gone or changed is refused."""
+    run = read_run(out_dir)
+    if run is None:
+        return None
+    data, sha = run["corpus"]["data"], run["corpus"]["sha256"]
+    if data in BUILTIN_CORPORA:
+        return data
+    if not os.path.isfile(data):
+        raise FileNotFoundError(f"{out_dir} was trained on {data}, which is gone: put it back, or pass --data FILE "
+                                "to take prompts from another text")
+    if corpus_record(data, load_corpus(data))["sha256"] != sha:
+        raise ValueError(f"{data} changed since {out_dir} was trained on it: put the original back, or pass --data "
+                         "FILE to take prompts from another text")
+    return data
 
 
 def load(out_dir="out", device="cpu", sampling=False):

@@ -11,6 +11,7 @@ validation covers every part of the corpus rather than the last module.
 """
 
 import glob
+import hashlib
 import os
 import sysconfig
 
@@ -67,6 +68,14 @@ def load_corpus(path=None):
     if not text.strip():
         raise ValueError(f"--data file {path} is empty")
     return text
+
+
+def corpus_record(data, text):
+    """What a run folder's run.json says of its corpus: `data` as --data named it (a built-in corpus by name,
+    a file by its absolute path) and a hash of its text."""
+    name = DEFAULT_CORPUS if data is None else data if data in BUILTIN_CORPORA and not os.path.exists(data) \
+        else os.path.abspath(data)
+    return {"data": name, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 def split_train_val(ids, val_every=10, chunk_len=512):

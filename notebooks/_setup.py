@@ -10,6 +10,8 @@ train_tiny.py skips stages whose checkpoints exist, so toy ones in out/ would st
 Prompts: the default corpus is Python standard-library *source*, so the target is a code model and every
 prompt here is code, either hand-written (`code_prompt`, which refuses prose) or held-out from the
 validation split (`held_out_prompts`: the corpus prompts of the generated held-out sequences in data.pt).
+A run trained on another corpus (train_tiny.py --data, recorded in its run.json) gets prompts from that corpus:
+`code_prompt` then returns a validation prompt of it instead of the hand-written code.
 """
 
 import os
@@ -24,10 +26,12 @@ if str(ROOT) not in sys.path:
 import torch                                       # noqa: E402
 
 import nanodflash                                  # noqa: E402
-from nanodflash.checkpoint import read             # noqa: E402
+from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus   # noqa: E402
+from nanodflash.data import DEFAULT_CORPUS, val_prompts                  # noqa: E402
 from nanodflash.tools.cli import DECODE_THREADS    # noqa: E402
 
 FILES = ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt")
+CORPUS = DEFAULT_CORPUS     # the corpus of the run load_run() loaded (its run.json's), for code_prompt
 
 # The hand-written prompt of notebooks 1-3: a method body the default target continues with more methods.
 CODE_PROMPT = "    def __repr__(self):\n        return"
@@ -43,7 +47,13 @@ def looks_like_code(text):
 
 
 def code_prompt(tok, text):
-    """The ids of a hand-written code prompt; refuses prose (the default target only knows code)."""
+    """The ids of a hand-written code prompt; refuses prose (the default target only knows code). For a run
+    trained on another corpus: a validation prompt of that corpus, as long as `text`, instead."""
+    if CORPUS != DEFAULT_CORPUS:
+        n = len(tok.encode_ordinary(text))
+        print(f"this run was trained on {CORPUS}, not Python source: a {n}-token prompt from its validation split "
+              f"stands in for {text!r}")
+        return val_prompts(tok, 1, n, seed=0, data=CORPUS)[0]
     if not looks_like_code(text):
         raise ValueError(f"{text!r} reads like prose; the default target learned Python source: prompt it with code")
     return tok.encode_ordinary(text)
@@ -66,8 +76,7 @@ def find_out():
     if has_checkpoints(out):
         return out
     smoke = out.with_name(out.name + "_smoke")
-    print(f"no checkpoints in {out}: using smoke-sized ones in {smoke}. Toy models give toy numbers "
-          "(the smoke target may just repeat one token); run `python train_tiny.py` for real ones.")
+    print(f"no checkpoints in {out}: using smoke-sized ones in {smoke} (the smoke target may just repeat one token)")
     if not has_checkpoints(smoke):
         import train_tiny
         train_tiny.main(["--smoke", "--out", str(smoke)])
@@ -82,12 +91,16 @@ def load_run(verbose=True, seed=0):
     """tok, target, drafter, data, OUT: the tokenizer, the target, the drafter (DFlash 2 by default; see
     drafter.kind), the generated data (data["train"], data["val"], data["prompt_len"]) and the folder."""
     torch.set_num_threads(DECODE_THREADS)
+    global CORPUS
     out = find_out()
     tok, target, drafter = nanodflash.load(out)
     data = read(str(out / "data.pt"), "generated data")
+    CORPUS = run_corpus(out) or DEFAULT_CORPUS
     torch.manual_seed(seed)
     if verbose:
-        print(f"checkpoints from {out}")
+        print(f"checkpoints from {out} (corpus: {CORPUS})")
+        if is_toy_run(out):
+            print(TOY_RUN)
         print(f"target:  {n_params(target):>9,} parameters | {target.config}")
         print(f"drafter: {n_params(drafter):>9,} parameters | kind {drafter.kind!r} | {drafter.config}")
         print(f"data:    {tuple(data['train'].shape)} train / {tuple(data['val'].shape)} held-out sequences "

@@ -84,7 +84,6 @@ CASES = [
     ("train_tiny.py", ["--sampling_temperature", "0"], "argument --sampling_temperature: must be a finite number > 0, "
                                                         "got 0"),
     ("sample.py", ["--max_new_tokens", "0"], "argument --max_new_tokens: must be an integer in [1, 1000000], got 0"),
-    ("sample.py", ["--block_size", "0"], "argument --block_size: must be an integer in [1, 256], got 0"),
     ("sample.py", ["--temperature", "nan"], "argument --temperature: must be a finite number >= 0, got nan"),
     ("sample.py", ["--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1"),
     ("sample.py", ["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got inf"),

@@ -26,8 +26,9 @@ class Killed(Exception):
 
 
 def copy_stages(src, dst, files):
+    """The finished stages `files` of run folder src, with its run.json (the tokenizer's record)."""
     dst.mkdir()
-    for f in files:
+    for f in ("run.json", *files):
         shutil.copy(src / f, dst / f)
     return dst
 

@@ -246,6 +246,7 @@ def main(argv=None):
     recipe = dict(SMOKE_RECIPE if args.smoke else RECIPE)
     recipe["steps"] = args.steps or recipe["steps"]
     try:
+        ckpt.check_run_folder(args.out)
         target, _ = ckpt.load_target(os.path.join(args.out, ckpt.TARGET), args.device)
         drafter, _ = ckpt.load_drafter(os.path.join(args.out, ckpt.DRAFTER), target, args.device)
         data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")

@@ -50,7 +50,7 @@ from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format
                            policy_costs, realistic_context, slot_acceptance, step_costs)
 from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
                             prompt_lookup_method, sampling_drafters)
-from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, load, load_drafter
+from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
 from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
 from ..data import val_prompts
 from .timing import ForwardCounter, sync
@@ -137,8 +137,8 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from; use train_tiny.py's --data "
-                   "(default: the built-in stdlib corpus)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
+                   "trained on, from OUT/run.json)")
     p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS,
                    help="validation prompts (default: %(default)s)")
     p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
@@ -156,6 +156,8 @@ def parse_args(argv=None):
                    "drafter.pt, trained on the same target as --out's (e.g. another recipe): rows named by the folder")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
     args = p.parse_args(argv)
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        p.error(f"--json {args.json}: its folder does not exist")
     check_device(p, args.device)
     return args
 
@@ -175,7 +177,7 @@ def main(argv=None, extra=None):
         sampling_path = os.path.join(args.out, SAMPLING_DRAFTER)
         sampler = (load_drafter(sampling_path, target, args.device)[0]
                    if os.path.exists(sampling_path) and not args.greedy_only else None)
-        prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
+        prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
         t0 = time.perf_counter()
         extra = {} if args.greedy_only else extra
         methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler)
@@ -189,7 +191,8 @@ def main(argv=None, extra=None):
     machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
     print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {machine}")
-    print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
+    print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
+    print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
     print(format_table(rows))
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
           "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")

@@ -42,13 +42,6 @@ def ints(low, high=None):
     return parse
 
 
-def ints_or(word, low, high=None):
-    """type= for a flag that takes an integer in [low, high] or one word (e.g. --block_size auto)."""
-    def parse(text):
-        return text if text == word else ints(low, high)(text)
-    return parse
-
-
 def floats(low, high=None, low_open=False):
     """type= for a finite float flag in [low, high], or (low, high] with low_open (high=None: no upper bound)."""
     def parse(text):

@@ -1,12 +1,13 @@
 """From nanodflash to the real thing: export to, and import from, Hugging Face Qwen3 + official DFlash folders.
 
-    python -m nanodflash.tools.hf export --out out --to out_hf      # out_hf/target/ and out_hf/drafter/
+    python -m nanodflash.tools.hf export --out out --to out_hf      # out_hf/target/, drafter/, drafter_sampling/
     tok, target, drafter = nanodflash.tools.hf.load("out_hf/target", "out_hf/drafter")   # like nanodflash.load
 
 `target/` is a Qwen3ForCausalLM folder (config.json, model.safetensors, generation_config.json, tokenizer.json
 + tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
 `dflash_config`, `block_size`, `num_target_layers`; model.safetensors), as the official `dflash` package, vLLM
-and SGLang read them. The map is one-to-one because our layers use Qwen3's math and names (docs/design.md):
+and SGLang read them; `drafter_sampling/`, the same for the sampling drafter, where the run made one. Every
+file is written readable by all (0644), as the rest of a run folder is. The map is one-to-one because our layers use Qwen3's math and names (docs/design.md):
     ours (GPT)                      Hugging Face Qwen3              ours (Drafter)      official drafter
     embed_tokens.weight             model.embed_tokens.weight       fc, hidden_norm,    the same names
     layers.i.<...>, norm.weight     model.layers.i.<...>, ...       layers.i.<...>,
@@ -18,6 +19,7 @@ model (biases, sliding windows, MoE, RoPE scaling, ...) is refused with the conf
 import argparse
 import json
 import os
+import sys
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -47,32 +49,40 @@ def _qwen3_fields(c, vocab_size):
                 layer_types=["full_attention"] * c.n_layer, dtype="float32")
 
 
+def _write_json(folder, name, obj, **kw):
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, **kw)
+    return path
+
+
 def _write(folder, config, tensors):
+    """config.json and model.safetensors in `folder`; returns their paths."""
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()},
-              os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+    path = os.path.join(folder, "model.safetensors")
+    save_file({k: v.detach().to("cpu", torch.float32).contiguous() for k, v in tensors.items()}, path,
+              metadata={"format": "pt"})
+    os.chmod(path, 0o644)            # safetensors writes through a private (0600) temp file
+    return [_write_json(folder, "config.json", config, indent=2), path]
 
 
 def export_target(target, tok, folder):
-    """Our GPT + tiktoken encoding -> a Hugging Face Qwen3ForCausalLM folder."""
+    """Our GPT + tiktoken encoding -> a Hugging Face Qwen3ForCausalLM folder. Returns the files written."""
     c, eot = target.config, tok.encode_single_token(ENDOFTEXT)
     config = dict(architectures=["Qwen3ForCausalLM"], **_qwen3_fields(c, c.vocab_size),
                   max_position_embeddings=c.max_seq_len, bos_token_id=eot, eos_token_id=eot, use_cache=True)
     weights = {(k if k.startswith("lm_head.") else f"model.{k}"): v for k, v in target.state_dict().items()}
-    _write(folder, config, weights)
-    with open(os.path.join(folder, "generation_config.json"), "w") as f:
-        json.dump(dict(bos_token_id=eot, eos_token_id=eot, do_sample=False), f, indent=2)
-    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(to_tokenizer_json(tok), f, ensure_ascii=False)
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump(dict(tokenizer_class="PreTrainedTokenizerFast", eos_token=ENDOFTEXT, bos_token=None,
-                       model_max_length=c.max_seq_len, clean_up_tokenization_spaces=False), f, indent=2)
+    return _write(folder, config, weights) + [
+        _write_json(folder, "generation_config.json", dict(bos_token_id=eot, eos_token_id=eot, do_sample=False),
+                    indent=2),
+        _write_json(folder, "tokenizer.json", to_tokenizer_json(tok), ensure_ascii=False),
+        _write_json(folder, "tokenizer_config.json", dict(
+            tokenizer_class="PreTrainedTokenizerFast", eos_token=ENDOFTEXT, bos_token=None,
+            model_max_length=c.max_seq_len, clean_up_tokenization_spaces=False), indent=2)]
 
 
 def export_drafter(drafter, folder):
-    """A DFlash / DFlash 2 drafter -> an official drafter folder. Anything else is refused."""
+    """A DFlash / DFlash 2 drafter -> an official drafter folder; returns the files written. Anything else is refused."""
     kind, c = getattr(drafter, "kind", None), drafter.config
     if kind not in ARCHITECTURES:
         raise ValueError(f"only DFlash and DFlash 2 drafters have an official layout, not a {kind!r} drafter")
@@ -93,15 +103,21 @@ def export_drafter(drafter, folder):
                     weights[f"layers.{i}.{conv}.kernel_projection.weight"] = torch.zeros(2 * G, c.n_embd)
         for name in CODEBOOKS:                       # official checkpoints store the codebooks without ".weight"
             weights[name] = weights.pop(f"{name}.weight")
-    _write(folder, config, weights)
+    return _write(folder, config, weights)
 
 
-def export(out_dir, to_dir):
-    """What `train_tiny.py --out out_dir` wrote -> to_dir/target and to_dir/drafter. Returns the two paths."""
+def export(out_dir, to_dir, written=None):
+    """What `train_tiny.py --out out_dir` wrote -> to_dir/target, to_dir/drafter and, where the run made a
+    sampling drafter, to_dir/drafter_sampling. Returns the target's and the drafter's paths; `written`, a
+    list, receives every file written."""
     tok, target, drafter = checkpoint.load(out_dir)
     paths = os.path.join(to_dir, "target"), os.path.join(to_dir, "drafter")
-    export_target(target, tok, paths[0])
-    export_drafter(drafter, paths[1])
+    files = export_target(target, tok, paths[0]) + export_drafter(drafter, paths[1])
+    sampling = os.path.join(out_dir, checkpoint.SAMPLING_DRAFTER)
+    if os.path.exists(sampling):
+        files += export_drafter(checkpoint.load_drafter(sampling, target)[0], os.path.join(to_dir, "drafter_sampling"))
+    if written is not None:
+        written.extend(files)
     return paths
 
 
@@ -219,6 +235,10 @@ def load_drafter(folder, target, device="cpu", dtype=torch.float32):
 
 def load(target_dir, drafter_dir=None, device="cpu", dtype=torch.float32):
     """tok, target, drafter from Hugging Face folders (drafter None without drafter_dir)."""
+    for folder in (target_dir, drafter_dir or target_dir):
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"no Hugging Face folder {folder}: it does not exist (`python -m "
+                                    "nanodflash.tools.hf export --out RUN --to DIR` makes DIR/target and DIR/drafter)")
     tok = from_tokenizer_json(os.path.join(target_dir, "tokenizer.json"))
     target = load_target(target_dir, device, dtype)
     drafter = load_drafter(drafter_dir, target, device, dtype) if drafter_dir else None
@@ -239,12 +259,21 @@ def eos_token_ids(target_dir):
 def main(argv=None):
     p = argparse.ArgumentParser(description="Export a train_tiny.py run to Hugging Face Qwen3 + official DFlash folders.")
     sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("export", help="write TO/target (Qwen3ForCausalLM) and TO/drafter (official DFlash layout)")
+    e = sub.add_parser("export", help="write TO/target (Qwen3ForCausalLM), TO/drafter (official DFlash layout) and "
+                       "TO/drafter_sampling (the sampling drafter, where the run made one)")
     e.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
     e.add_argument("--to", default="out_hf", help="folder to write (default: %(default)s)")
     args = p.parse_args(argv)
-    for path in export(args.out, args.to):
-        print(f"wrote {path}/: {', '.join(sorted(os.listdir(path)))}")
+    written = []
+    try:
+        export(args.out, args.to, written)
+    except (OSError, ValueError) as err:
+        sys.exit(f"error: {err}")
+    for path in written:
+        print(f"wrote {path}")
+    if not os.path.exists(os.path.join(args.out, checkpoint.SAMPLING_DRAFTER)):
+        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} (a run with "
+              "--sampling_steps 0)")
 
 
 if __name__ == "__main__":
