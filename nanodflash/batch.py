@@ -187,7 +187,7 @@ class _Batch:
             tokens[r, : len(p)] = torch.tensor(p)
         logits, feats = self.forward(tokens)
         self.cache.advance(P)                                                             # lengths = P_r
-        last = logits[torch.arange(len(P)), torch.tensor(P, device=self.device) - 1]    # (R, V)
+        last = logits[torch.arange(len(P), device=self.device), torch.tensor(P, device=self.device) - 1]    # (R, V)
         self.emit([[t] for t in next_token(last.cpu(), *self.sampling, self.generator).tolist()])
         return feats, P
 
@@ -315,7 +315,7 @@ class SpecBatch(_Batch):
         left = [self.max_new - len(self.outs[r]) for r in self.rows]
         T = min(self.sizer.next_for(R) if self.auto else self.sizer.next(), max(left) + 1,
                 self.window - self.cache.length)                                             # one block size ...
-        sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts may reach its limit)
+        sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts reach its limit)
         with st.timer("draft_time"):
             if T > 1:
                 self.flush_context()                        # the context the plain steps before this one queued

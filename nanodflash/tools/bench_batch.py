@@ -42,8 +42,9 @@ def methods(drafter):
 
 def batch1_methods(drafter):
     """The batch-1 reference loop, one prompt at a time (R = 1 only), at the drafter's B and auto."""
-    return [(f"batch-1 loop B={b or drafter.config.block_size}", lambda t, d, ps, n, b=b: ([speculative_generate(t, d, ps[0], n, block_size=b)[0]],
-                                                               None)) for b in (None, "auto")]
+    def run(b):
+        return lambda t, d, ps, n: ([speculative_generate(t, d, ps[0], n, block_size=b)[0]], None)
+    return [(f"batch-1 loop B={b or drafter.config.block_size}", run(b)) for b in (None, "auto")]
 
 
 def run_batch_size(target, drafter, prompts, R, max_new_tokens):
