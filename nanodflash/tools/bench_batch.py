@@ -23,7 +23,7 @@ import time
 import torch
 
 from ..batch import COST_TOKENS, SpecBatch, generate_batch, speculative_generate_batch
-from ..checkpoint import load
+from ..checkpoint import load, run_corpus
 from ..data import val_prompts
 from ..speculative import speculative_generate
 from .cli import MAX_SEED, ints, threads
@@ -122,6 +122,7 @@ def format_costs(table, name):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the run's, OUT/run.json)")
     p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default: %(default)s)")
     p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="held-out prompts per batch size")
     p.add_argument("--max_new_tokens", type=ints(2, 100000), default=MAX_NEW_TOKENS)
@@ -144,7 +145,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     tok, target, drafter = load(args.out, args.device)
-    prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed)
+    prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
     where = f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} CPUs" if args.device == "cpu" else args.device
     print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, B={drafter.config.block_size}) | "
           f"{len(prompts)} prompts x {PROMPT_LEN} tokens, {args.max_new_tokens} new tokens, greedy | "
@@ -174,6 +175,19 @@ def main(argv=None):
             worse = [R for R in args.batch if result["batch"][R][name]["tokens_per_s"]
                      < result["batch"][R]["plain"]["tokens_per_s"]]
             print(f"  {name:<14} {'batch ' + str(worse[0]) if worse else 'never, up to batch ' + str(args.batch[-1])}")
+        print("\nauto against plain and against the best fixed block size, per batch size:")
+        for R in args.batch:
+            res, fixed = result["batch"][R], [n for n in spec if n != "dflash B=auto"]
+            best = max(fixed, key=lambda n: res[n]["tokens_per_s"])
+            rate = res["dflash B=auto"]["tokens_per_s"]
+            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x, auto / best fixed "
+                  f"({best}) {rate / res[best]['tokens_per_s']:.2f}x")
+        if 1 in result["batch"]:
+            res = result["batch"][1]
+            for loop in [n for n in res if n.startswith("batch-1 loop")]:
+                same = "dflash " + loop.split()[-1]
+                print(f"  batch 1: {same} (batched code) / {loop}: "
+                      f"{res[same]['tokens_per_s'] / res[loop]['tokens_per_s']:.2f}x")
         bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items() if not a["matches_plain"]]
         print(f"greedy outputs identical to plain batched decoding everywhere: {'NO: ' + str(bad) if bad else 'yes'}")
     target_cost, draft_cost, unit = cost_tables(target, drafter, prompts[0])
