@@ -1,15 +1,15 @@
 """Checkpoints: written atomically (temp file + rename), read back with clear errors.
 
 A run folder written by `train_tiny.py --out DIR` holds:
-    run.json        what the run is: {"smoke", "corpus": {"data", "sha256"}, "vocab_size"} (the tokenizer's record)
+    run.json        {"corpus": {"data": its --data, "sha256"}, "made_by": the tokenizer's record, with "smoke"}
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
     target.pt       {"config", "model", "tokenizer", "history", "made_by"}
     data.pt         target-generated sequences the drafter trains on, and "made_by"
     drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"}; kind "dflash" or "dflash2"
     drafter_sampling.pt   the same kind of file: drafter.pt fine-tuned on sampled continuations, for sampling
-"made_by" records what made the checkpoint: {"settings": the stage's flags, "built_on": hashes of what it was
-made from (corpus, tokenizer, target, data)}; train_tiny.py reuses a stage only when its record matches the
-run's. While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
+"made_by" records what made the checkpoint: the stage's flags, and hashes of what it was made from (corpus,
+tokenizer, target, data, drafter), e.g. {"n_layer": 24, ..., "corpus": "c6e3...", "tokenizer": "9a1f..."};
+train_tiny.py reuses a stage only when its record equals the one it would write. While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
 stage checkpoint deletes it.
 """
 
