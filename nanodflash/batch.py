@@ -160,7 +160,7 @@ class _Batch:
         if len(prompts) == 0:
             raise ValueError("the batch is empty: give at least one prompt")
         checked = []
-        for i, p in enumerate(prompts):
+        for i, p in enumerate(prompts):                     # batch 1's checks, the errors naming the row
             try:
                 checked.append(_check_request(target, p, max_new_tokens, temperature, top_k, top_p, stop_token_ids))
             except ValueError as e:
@@ -182,17 +182,14 @@ class _Batch:
     def prefill(self):
         """Every prompt in one forward, right-padded to the longest (the padding's keys are never seen)."""
         P = [len(p) for p in self.prompts]
-        tokens = torch.zeros(len(P), max(P), dtype=torch.long, device=self.device)        # (R, P_max)
-        for r, p in enumerate(self.prompts):
-            tokens[r, : len(p)] = torch.tensor(p)
-        logits, feats = self.forward(tokens)
+        logits, feats = self.forward(torch.tensor([p + [0] * (max(P) - len(p)) for p in self.prompts],
+                                                  device=self.device))                   # (R, P_max)
         self.cache.advance(P)                                                             # lengths = P_r
         last = logits[torch.arange(len(P), device=self.device), torch.tensor(P, device=self.device) - 1]    # (R, V)
         self.emit([[t] for t in next_token(last.cpu(), *self.sampling, self.generator).tolist()])
         return feats, P
 
-    def emit(self, new):
-        """new[r]: the tokens row r emits this step."""
+    def emit(self, new):                                   # new[i]: the tokens row i emits this step
         for r, tokens in zip(self.rows, new):
             self.outs[r] += tokens
 
