@@ -12,8 +12,9 @@ the first disagreement, or after the last draft). The first generated token come
 prefill. The continuation is printed with that origin shown: in colour on a terminal (green drafted,
 magenta target), else (piped, or --no-color) with markers no code uses, ⟦accepted drafts⟧ ⟨target token⟩;
 --plain prints the text alone. Then τ, the acceptance-length histogram, and the time of DFlash vs plain
-decoding on the same prompt in this process. At temperature 0 the two outputs must be token-identical: the script says so,
-and exits with status 1 if they ever differ. Bad checkpoints or flags also exit 1 with a message.
+decoding on the same prompt in this process. At temperature 0 the two outputs must be token-identical: the
+script says so, and exits with status 1 if they ever differ. Bad checkpoints or flags also exit 1 with a
+message. The validation prompt comes from the corpus the run was trained on (its run.json).
 """
 
 import argparse

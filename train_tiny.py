@@ -38,8 +38,7 @@ OUT = "out"              # run folder of a default run (--smoke: SMOKE_OUT)
 SMOKE_OUT = "out_smoke"  # run folder of a --smoke run, never out/: toy checkpoints must not stand in for real ones
 VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
-N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep and narrow: weights outgrow the CPU caches, so verifying a block costs
-                                        # about one forward, as for a real LLM (docs/experiments.md)
+N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep, narrow: as for a real LLM, verifying a block costs about one forward
 SEQ_LEN = 128            # training window of the target
 TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
 # target-generated data for the drafter
@@ -54,12 +53,10 @@ DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K c
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
 SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (docs/design.md)
 TARGET_LAYER_IDS = "1,11,21"   # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # many sequences x few anchors: varied
-                                                                          # contexts, and the mask grows with anchors^2
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # few anchors: the mask grows with their square
 LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
-# sampling drafter: the drafter fine-tuned on all-sampled continuations, labelled with the target's distribution;
-# sampled decoding uses it, greedy decoding keeps drafter.pt (it drafts greedy continuations worse)
+# sampling drafter: the drafter tuned to the target's distribution on sampled continuations, used when sampling
 SAMPLING_STEPS, SAMPLING_SEQS, SAMPLING_LR = 600, 3072, 1e-3   # 0 steps = none (sampling then uses drafter.pt)
 SAMPLING_TEMPERATURE = 0.7   # its continuations are sampled at this temperature (as people sample)
 # summary
@@ -67,6 +64,7 @@ EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds fr
 EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
 
+# --smoke: the same pipeline at toy sizes (each flag left at its default takes the value here)
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4, target_layer_ids="",
              block_size=8, sampling_steps=20, sampling_seqs=16, eval_prompts=3, eval_new_tokens=24, long_seqs=8,

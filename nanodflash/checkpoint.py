@@ -9,8 +9,8 @@ A run folder written by `train_tiny.py --out DIR` holds:
     drafter_sampling.pt   the same kind of file: drafter.pt fine-tuned on sampled continuations, for sampling
 "made_by" records what made the checkpoint: the stage's flags, and hashes of what it was made from (corpus,
 tokenizer, target, data, drafter), e.g. {"n_layer": 24, ..., "corpus": "c6e3...", "tokenizer": "9a1f..."};
-train_tiny.py reuses a stage only when its record equals the one it would write. While a training stage runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the
-stage checkpoint deletes it.
+train_tiny.py reuses a stage only when its record equals the one it would write. While a training stage
+runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the stage checkpoint deletes it.
 """
 
 import difflib
@@ -90,7 +90,7 @@ def save_drafter(path, drafter, history=None, made_by=None):
 
 
 def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python train_tiny.py",
-                 retrain="rerun train_tiny.py, or delete it"):
+                 retrain="rerun train_tiny.py with --fresh"):
     """Load a drafter onto `target`; refuse if it was trained against a different target.
 
     Without `cls`, the checkpoint's kind picks the class (DFlash or DFlash 2, DRAFTER_KINDS). Baseline

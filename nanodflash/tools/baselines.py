@@ -197,7 +197,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
     p.add_argument("--steps", type=ints(1, MAX_COUNT), default=None, help="optimisation steps (default: train_tiny's "
                    "drafter steps)")
-    p.add_argument("--smoke", action="store_true", help="train_tiny --smoke's drafter recipe (for smoke checkpoints)")
+    p.add_argument("--smoke", action="store_true", help="train_tiny --smoke's drafter recipe (the default for a run "
+                   "whose run.json records a smoke run)")
     p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints or resume files exist")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--eval_prompts", type=ints(1, 10000), default=16, help="held-out prompts for τ (default: %(default)s)")
@@ -243,7 +244,7 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
 
 def main(argv=None):
     args = parse_args(argv)
-    recipe = dict(SMOKE_RECIPE if args.smoke else RECIPE)
+    recipe = dict(SMOKE_RECIPE if args.smoke or ckpt.is_toy_run(args.out) else RECIPE)
     recipe["steps"] = args.steps or recipe["steps"]
     try:
         ckpt.check_run_folder(args.out)

@@ -7,7 +7,8 @@
 + tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
 `dflash_config`, `block_size`, `num_target_layers`; model.safetensors), as the official `dflash` package, vLLM
 and SGLang read them; `drafter_sampling/`, the same for the sampling drafter, where the run made one. Every
-file is written readable by all (0644), as the rest of a run folder is. The map is one-to-one because our layers use Qwen3's math and names (docs/design.md):
+file is written readable by all (0644), as the rest of a run folder is. The map is one-to-one because our
+layers use Qwen3's math and names (docs/design.md):
     ours (GPT)                      Hugging Face Qwen3              ours (Drafter)      official drafter
     embed_tokens.weight             model.embed_tokens.weight       fc, hidden_norm,    the same names
     layers.i.<...>, norm.weight     model.layers.i.<...>, ...       layers.i.<...>,
