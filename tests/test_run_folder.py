@@ -138,6 +138,20 @@ def test_the_benchmark_takes_its_prompts_from_the_corpus_the_run_was_trained_on(
     assert asked == [str(corpus)], f"the benchmark's prompts should come from {corpus}, it asked for {asked}"
 
 
+def test_the_notebooks_prompt_a_custom_corpus_run_with_its_own_text_not_python(custom_run, monkeypatch, capsys):
+    cwd, corpus, _ = custom_run
+    monkeypatch.setenv("NANODFLASH_OUT", str(cwd / "out_smoke"))
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "notebooks"))
+    import _setup
+    tok, *_ = _setup.load_run(verbose=False)
+    try:
+        prompt = tok.decode(_setup.code_prompt(tok, _setup.CODE_PROMPT))
+    finally:
+        _setup.CORPUS = _setup.DEFAULT_CORPUS                  # other tests import _setup too
+    assert prompt and prompt in corpus.read_text(), f"the notebooks' prompt {prompt!r} is not from the run's corpus"
+    assert f"trained on {corpus}" in capsys.readouterr().out, "the notebook should say why its prompt is not code"
+
+
 def test_a_run_whose_corpus_file_is_gone_says_so(custom_run, tmp_path):
     cwd, corpus, _ = custom_run
     out = tmp_path / "run"
