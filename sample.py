@@ -45,8 +45,8 @@ BLOCK_SIZE = None        # DFlash draft block B (anchor + B-1 drafts); None = th
 TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
 TOP_K = None             # keep only the k most likely tokens (T > 0)
 TOP_P = None             # nucleus sampling (T > 0)
-VERIFIER = "rejection"   # T > 0: not the library's "match" (the official DFlash rule): rejection (Leviathan et al.)
-                         # accepts more drafts and is faster at every T and B of the benchmark (tools/bench.py)
+VERIFIER = "rejection"   # T > 0, as the library's default: it accepts more drafts than "match" (the official rule)
+                         # and is faster at every T and B of the benchmark (docs/sampling.md)
 SEED = 1337
 DEVICE = "cpu"
 REPEATS = 3              # timed runs of each method, after one warm-up each
@@ -77,8 +77,8 @@ def parse_args(argv=None):
     a("--top_k", type=ints(1), default=TOP_K, help="top-k filtering for T > 0 (default: off)")
     a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 (default: off)")
     a("--verifier", default=VERIFIER, choices=VERIFIERS, help="T > 0 acceptance rule (default: %(default)s, "
-      "unlike the library's speculative_generate, which defaults to match, the official DFlash rule: rejection "
-      "accepts more drafts and is faster at every temperature and block size the benchmark measures)")
+      "as in the library: it accepts more drafts than match, the official DFlash rule, and is faster at every "
+      "temperature and block size the benchmark measures)")
     a("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the validation prompt and seeds sampling (default: %(default)s)")
     a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")
     a("--threads", type=threads, default=DECODE_THREADS, help="torch CPU threads, at most this machine's CPUs "

@@ -131,8 +131,9 @@ def draft_rule(verifier, temperature, generator):
 
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
-                         top_k=None, top_p=None, verifier="match", stop_token_ids=None, generator=None):
-    """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix."""
+                         top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
+    """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
+    verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md) or "match"."""
     prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
     sizer = block_sizes(block_size, drafter.config.block_size)                  # fixed, or "auto" (block_policy.py)
     choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids

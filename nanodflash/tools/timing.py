@@ -61,7 +61,7 @@ def DraftForwardCounter(drafter):
     return ForwardCounter(drafter.norm)
 
 
-def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="match", **kw):
+def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection", **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
     speculative run's acceptance lengths (for τ by position, bands.py). `kw`: generate's sampling arguments
