@@ -327,3 +327,22 @@ def test_the_largest_tree_the_window_allows_is_accepted_and_branching_and_tree_t
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="tree_temperature"):
             tree_speculative_generate(target, drafter, PROMPTS[1], 10, tree_temperature=bad)
+
+
+# ---------------------------------------------------------------------------- the tree rows benchmark
+
+def test_bench_tree_prints_single_path_and_tree_rows_all_equal_to_plain_greedy(smoke_out, tmp_path, capsys):
+    import json
+    from nanodflash.tools import bench_tree
+    path = tmp_path / "tree.json"
+    bench_tree.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "12", "--sizes", "4", "16",
+                     "--json", str(path)])
+    text = capsys.readouterr().out
+    for row in ("plain greedy", "dflash2 B=8", "dflash2 tree N=4", "dflash2 tree N=16"):
+        assert row in text, f"the table has no row {row!r}:\n{text}"
+    assert " NO" not in text and "candidate ceiling" in text, f"a row differs from plain greedy, or no ceiling:\n{text}"
+    rows = json.loads(path.read_text())["rows"]
+    assert all(r["matches_plain"] for r in rows), "the JSON says a greedy row differs from plain greedy"
+    bench_tree.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--sizes", "4",
+                     "--sweep", "1", "0.5"])
+    assert "tree_temperature" in capsys.readouterr().out, "--sweep printed no table"

@@ -1,6 +1,7 @@
 """Tree rows benchmark: DFlash 2's single path vs tree verification (tree.py), greedy, side by side in one run.
 
     python -m nanodflash.tools.bench_tree --out out [--n_prompts 64] [--sizes 16 32 64] [--json tree.json]
+    python -m nanodflash.tools.bench_tree --out out --sweep 1 0.5 0.25     # τ only: sizes x tree temperatures
 
 Rows (all greedy, interleaved per prompt after a warm-up, by bench.run_benchmark): "plain greedy", the drafter's
 single path "<kind> B=16" (speculative_generate), and "<kind> tree N=16/32/64" (tree_speculative_generate with at
@@ -99,6 +100,35 @@ def candidate_ceiling(target, drafter, prompts, references, single_runs):
     return dict(recall=recall, prefix=deep, tau_ceiling=1 + sum(deep), anchors=anchors)
 
 
+@torch.no_grad()
+def sweep(target, drafter, prompts, max_new_tokens, sizes, temperatures, block_size, branching=None):
+    """τ only (no timing): the single path, then every tree size at every tree_temperature; every output is
+    checked equal to plain greedy. -> {(N or None, s or None): τ}."""
+    refs = [generate(target, p, max_new_tokens) for p in prompts]
+
+    def tau(run):
+        lengths = []
+        for p, ref in zip(prompts, refs):
+            out, stats = run(p)
+            if out != ref:
+                raise ValueError("a greedy output differs from plain greedy: the decoder is not lossless")
+            lengths += stats.acceptance_lengths
+        return sum(lengths) / max(len(lengths), 1)
+    taus = {(None, None): tau(lambda p: speculative_generate(target, drafter, p, max_new_tokens, block_size=block_size))}
+    for s in temperatures:
+        for N in sizes:
+            taus[N, s] = tau(lambda p: tree_speculative_generate(target, drafter, p, max_new_tokens, tree_nodes=N,
+                                                                branching=branching, tree_temperature=s))
+    return taus
+
+
+def format_sweep(taus, sizes, temperatures, name):
+    lines = [f"tau, {name}: {taus[None, None]:.2f}", f"{'tree_temperature':>18}" + "".join(f"{'N=' + str(N):>8}" for N in sizes)]
+    for s in temperatures:
+        lines.append(f"{s:>18g}" + "".join(f"{taus[N, s]:>8.2f}" for N in sizes))
+    return "\n".join(lines)
+
+
 def format_rows(rows, records):
     lines = [f"{'method':<24} {'tau':>6} {'tok/s':>8} {'speedup':>8} {'nodes/step':>10} {'draft ms':>9} "
              f"{'verify ms':>9}  = plain"]
@@ -129,6 +159,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--sweep", type=floats(0, None, low_open=True), nargs="+", default=None, metavar="S",
+                   help="instead of the table: τ of every size at each of these tree temperatures (no timing)")
     p.add_argument("--no_ceiling", action="store_true", help="skip the candidate ceiling section")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and sections as JSON")
     return p.parse_args(argv)
@@ -141,6 +173,14 @@ def main(argv=None):
         tok, target, drafter = load(args.out, args.device)
         prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
         B = min(16, drafter.config.block_size)
+        if args.sweep:
+            t0 = time.perf_counter()
+            taus = sweep(target, drafter, prompts, args.max_new_tokens, args.sizes, args.sweep, B, args.branching)
+            print(f"nanodflash.tools.bench_tree --sweep: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} "
+                  f"tokens, {args.max_new_tokens} new tokens each, greedy, all outputs = plain greedy | "
+                  f"{time.perf_counter() - t0:.0f}s")
+            print(format_sweep(taus, args.sizes, args.sweep, f"{kind_of(drafter)} B={B} single path"))
+            return
         methods, records = tree_methods(drafter, args.sizes, B, args.branching, args.tree_temperature)
         for m in methods:                                   # warm-up (not recorded): allocation, kernel setup
             m.run(target, drafter, prompts[0], min(16, args.max_new_tokens), None)
