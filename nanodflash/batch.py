@@ -23,7 +23,7 @@ import torch
 from .block_policy import DECAY, AdaptiveBlockSize, block_sizes
 from .gpt import KVCache
 from .sampling import next_token
-from .speculative import NO_DRAFTS, SpecStats, _check_request, _first_stop, _verify, draft_rule
+from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify_block, draft_rule
 
 # The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
 # `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
@@ -162,7 +162,7 @@ class _Batch:
         checked = []
         for i, p in enumerate(prompts):                     # batch 1's checks, the errors naming the row
             try:
-                checked.append(_check_request(target, p, max_new_tokens, temperature, top_k, top_p, stop_token_ids))
+                checked.append(check_request(target, p, max_new_tokens, temperature, top_k, top_p, stop_token_ids))
             except ValueError as e:
                 raise ValueError(f"prompt {i} of the batch: {e}") from None
         self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
@@ -303,7 +303,7 @@ class SpecBatch(_Batch):
             n_acc = (padded == pred[:, :-1]).long().cumprod(1).sum(1)                        # (R,)
             return list(zip(n_acc.tolist(), pred.gather(1, n_acc[:, None])[:, 0].tolist()))
         logits = logits.cpu()
-        return [_verify(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
+        return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
 
     def step(self):
@@ -325,7 +325,7 @@ class SpecBatch(_Batch):
         new = []
         for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
             tokens = drafts[i][:n_acc].tolist() + [bonus]
-            new.append(tokens[: min(left[i], _first_stop(tokens, self.stops))])             # cut at the limit, a stop
+            new.append(tokens[: min(left[i], first_stop(tokens, self.stops))])             # cut at the limit, a stop
             st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
         counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
         self.cache.advance(counts)

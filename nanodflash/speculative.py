@@ -63,7 +63,7 @@ class SpecStats:
         return dict(sorted(Counter(self.acceptance_lengths).items()))
 
 
-def _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids):
+def check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids):
     """Validate the common arguments; return the prompt as a (1, P) LongTensor on the target's device."""
     check_sampling_args(temperature, top_k, top_p)
     device = next(target.parameters()).device
@@ -81,7 +81,7 @@ def _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p
     return prompt[None], set(stop_token_ids or ())
 
 
-def _first_stop(tokens, stops):
+def first_stop(tokens, stops):
     """Length of `tokens` kept when stopping right after the first stop token (len(tokens) if none)."""
     for i, t in enumerate(tokens):
         if t in stops:
@@ -93,7 +93,7 @@ def _first_stop(tokens, stops):
 def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              stop_token_ids=None, generator=None):
     """Plain decoding with the KV cache: one target forward per generated token."""
-    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
     cache = target.new_cache(1, prompt.size(1) + max_new_tokens)     # only what this request needs
     logits, _ = target(prompt, cache)
     out = []
@@ -105,7 +105,7 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
         logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)
 
 
-def _verify(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
+def verify_block(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
     """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable. With no drafts
     every rule reduces to a plain decoding step: the next token of the target's first row."""
     if drafts.numel() == 0:
@@ -134,7 +134,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
                          top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
     verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md) or "match"."""
-    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
     sizer = block_sizes(block_size, drafter.config.block_size)                  # fixed, or "auto" (block_policy.py)
     choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
@@ -155,11 +155,11 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         with stats.timer("verify_time"):
             logits, feats = target(block, cache, layer_ids=ids)                  # all b in one target pass
-            n_acc, bonus = _verify(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p, generator)
+            n_acc, bonus = verify_block(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p, generator)
             # The accepted drafts and the bonus, cut at the limit or right after a stop token. The target
             # cache keeps the anchor and every new token but the last, which is the next step's anchor.
             new = drafts[:n_acc].tolist() + [bonus]
-            new = new[: min(left, _first_stop(new, stops))]
+            new = new[: min(left, first_stop(new, stops))]
             cache.crop(start + len(new))
         with stats.timer("draft_time"):
             drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])   # verified positions -> context

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .sampling import probs_from_logits, sample
-from .speculative import SpecStats, _check_request, _first_stop, next_token
+from .speculative import SpecStats, check_request, first_stop, next_token
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
 TREE_TEMPERATURE = 1.0  # path scores = log-softmax(drafter scores / this)
@@ -174,7 +174,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
     branching: at most this many children per node (None: the candidates per slot, K). tree_temperature: the
     drafter's scores are divided by it before the softmax that ranks paths (shapes the tree, never the output)."""
-    prompt, stops = _check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
     window = target.config.max_seq_len
     room = max(1, window - prompt.size(1) - 1)                  # the first verify: prompt + anchor + tree
     if isinstance(tree_nodes, bool) or int(tree_nodes) != tree_nodes or not 1 <= tree_nodes <= room:
@@ -203,7 +203,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         logits, feats = verify_tree(target, cache, tree, ids)                 # (N+1, V), one target pass
         path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
-        new = new[: min(left, _first_stop(new, stops))]                       # cut at the limit / a stop token
+        new = new[: min(left, first_stop(new, stops))]                       # cut at the limit / a stop token
         keep = path[: len(new)]                                               # anchor + accepted drafts kept
         keep_path(cache, start, keep)
         t2 = time.perf_counter()
