@@ -6,17 +6,18 @@ A DFlash step verifies one path of B-1 drafts. But the drafter's single pass alr
 candidates of every slot, and DFlash 2's selector even scores every candidate after every candidate of the
 slot before (the (n, K, K) transition table). A tree spends the same one target pass on many paths at once:
 
-    anchor ── the ── cat ── sat          node:   0   1   2   3   4   5   6
-          │      └─ dog                  token:  a  the cat  a  sat dog ...
-          └─ a ─── cat                   parent: -   0   1   0   2   2
-                                         depth:  0   1   2   1   3   2
+    anchor ── the ── cat ── sat          node:   0    1    2    3    4    5    6
+          │      └─ dog                  token:  anc  the  cat  a    sat  dog  cat
+          └─ a ─── cat                   parent: -    0    1    0    2    1    3
+                                         depth:  0    1    2    1    3    2    2
 
 1. Drafting (`draft_tree`): slot t's children of a node are slot t's top-K candidates, scored by
    log-softmax of the selector's transition row after that node's token (DFlash 2), or of the slot's own
-   logits, the same for every parent (DFlash 1). A path's score is the sum along it (log of its probability
-   under the drafter), and the tree keeps the `tree_nodes` best paths-prefixes, found best-first. Those
-   form a tree (a prefix never scores below its extensions), the one of largest expected accepted length
-   if the scores were calibrated. One child per node and tree_nodes = B-1 give exactly DFlash's single path.
+   logits, the same for every parent (DFlash 1), the scores divided by `tree_temperature` first. A path's
+   score is the sum along it (log of its probability under the drafter), and the tree keeps the
+   `tree_nodes` best path prefixes, found best-first. Those form a tree (a prefix never scores below its
+   extensions), the one of largest expected accepted length if the scores were calibrated. One child per
+   node and tree_nodes = B-1 give exactly DFlash's single path.
 2. Verification (`verify_tree`): anchor + nodes go through the target together. Node i sits at RoPE
    position start + depth[i] and sees the context and its own ancestors only (`tree_mask`): its logits are
    those of its root-to-node path decoded alone.
@@ -38,7 +39,8 @@ from .sampling import probs_from_logits, sample
 from .speculative import SpecStats, check_request, first_stop, next_token
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
-TREE_TEMPERATURE = 1.0  # path scores = log-softmax(drafter scores / this)
+TREE_TEMPERATURE = 0.5  # path scores = log-softmax(drafter scores / this); 0.5 measured best of 2, 1, 0.5, 0.35, 0.25
+                        # (docs/trees.md): the drafter, trained on soft labels, is underconfident for greedy acceptance
 
 
 @dataclass
