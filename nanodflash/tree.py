@@ -30,7 +30,6 @@ slot before (the (n, K, K) transition table). A tree spends the same one target 
 """
 
 import heapq
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -191,32 +190,28 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     n_max = prompt.size(1) + max_new_tokens
     cache = target.new_cache(1, min(window, n_max + tree_nodes))               # room for the tree's scratch
     dcache = drafter.new_cache(n_max)
-    stats, t0 = TreeStats(target_forwards=1, target_cache=cache, draft_cache=dcache), time.perf_counter()
-    logits, feats = target(prompt, cache, layer_ids=ids)                       # prefill, with features
-    drafter.extend(dcache, feats, prompt)
-    out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]
-    stats.prefill_time = time.perf_counter() - t0
+    stats = TreeStats(target_cache=cache, draft_cache=dcache)
+    with stats.timer("prefill_time"):
+        logits, feats = target(prompt, cache, layer_ids=ids)                   # prefill, with features
+        drafter.extend(dcache, feats, prompt)
+        out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]
     while len(out) < max_new_tokens and out[-1] not in stops:
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         n_nodes = min(tree_nodes, cache.max_len - start - 1)                  # near the window: a smaller tree
-        t0 = time.perf_counter()
-        tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching, tree_temperature)
-        t1 = time.perf_counter()
-        logits, feats = verify_tree(target, cache, tree, ids)                 # (N+1, V), one target pass
-        path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
-        new = [tree.tokens[i] for i in path[1:]] + [bonus]
-        new = new[: min(left, first_stop(new, stops))]                       # cut at the limit / a stop token
-        keep = path[: len(new)]                                               # anchor + accepted drafts kept
-        keep_path(cache, start, keep)
-        t2 = time.perf_counter()
-        drafter.extend(dcache, feats if feats is None else feats[:, keep],
-                       torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device))
+        with stats.timer("draft_time"):
+            tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching, tree_temperature)
+        with stats.timer("verify_time"):
+            logits, feats = verify_tree(target, cache, tree, ids)             # (N+1, V), one target pass
+            path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
+            # the accepted path's drafts and the bonus, cut at the limit or right after a stop token; the
+            # cache keeps the anchor and the accepted drafts, moved into place
+            new = [tree.tokens[i] for i in path[1:]] + [bonus]
+            new = new[: min(left, first_stop(new, stops))]
+            keep = path[: len(new)]
+            keep_path(cache, start, keep)
+        with stats.timer("draft_time"):
+            drafter.extend(dcache, feats[:, keep], torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device))
         out += new
-        stats.block_sizes.append(len(tree))
         stats.tree_nodes.append(len(tree) - 1)
-        stats.acceptance_lengths.append(len(new))
-        stats.accepted_drafts.append(min(len(path) - 1, len(new)))
-        stats.target_forwards += 1
-        stats.verify_time += t2 - t1
-        stats.draft_time += (t1 - t0) + (time.perf_counter() - t2)
+        stats.record(len(tree), len(new), min(len(path) - 1, len(new)))
     return out, stats
