@@ -33,6 +33,7 @@ from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.timing import side_by_side
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
+from nanodflash.tree import tree_speculative_generate
 
 # -----------------------------------------------------------------------------
 OUT = "out"              # folder written by `train_tiny.py --out`
@@ -83,6 +84,9 @@ def parse_args(argv=None):
     a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")
     a("--threads", type=threads, default=DECODE_THREADS, help="torch CPU threads, at most this machine's CPUs "
       "(default: %(default)s)")
+    a("--tree", type=ints(1, MAX_COUNT), default=None, help="tree verification with at most N draft nodes a step "
+      "(nanodflash/tree.py): greedy, or sampling by the match rule on the tree; --block_size and --verifier do not "
+      "apply (default: off, one draft path a step)")
     a("--no-color", action="store_true", help="markers ⟦drafted⟧ ⟨target⟩ instead of ANSI colours (automatic "
       "when not a terminal, or with NO_COLOR set)")
     a("--plain", action="store_true", help="the text alone: no colours, no markers")
@@ -140,6 +144,14 @@ def bars(counts, width=40):
                      for n in range(1, max(counts, default=1) + 1))
 
 
+def tree_decoder(tree_nodes):
+    """tree_speculative_generate with its tree size bound, called like speculative_generate (whose block size
+    and verifier it does not take: a tree's size is its node budget, and it verifies by the match rule)."""
+    def decode(target, drafter, prompt_ids, max_new_tokens, block_size=None, verifier=None, **kw):
+        return tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=tree_nodes, **kw)
+    return decode
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -152,6 +164,7 @@ def main(argv=None):
     elif args.block_size not in (None, "auto") and args.block_size.lstrip("-").isdigit():
         args.block_size = int(args.block_size)           # anything else: the library's one message says the range
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
+    decoder = speculative_generate if args.tree is None else tree_decoder(args.tree)
     try:
         if args.hf:
             tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))
@@ -164,15 +177,17 @@ def main(argv=None):
         else:
             text = normalize(tok, args.prompt)                                 # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set, disallowed_special=())
-        tokens, stats = speculative_generate(target, drafter, prompt_ids, args.max_new_tokens,
-                                             generator=torch.Generator().manual_seed(args.seed), **spec_kw)
+        tokens, stats = decoder(target, drafter, prompt_ids, args.max_new_tokens,
+                                generator=torch.Generator().manual_seed(args.seed), **spec_kw)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     B = args.block_size or drafter.config.block_size
     n_params = lambda m: sum(p.numel() for p in m.parameters()) / 1e6
     source = " + ".join(args.hf) if args.hf else drafter_path(args.out, sampling=args.temperature > 0)
+    verifier = args.verifier if args.tree is None else "match (on a tree)"
     print(f"nanodflash sample: {source} | target {n_params(target):.2f}M params, drafter {n_params(drafter):.2f}M "
-          f"| block_size {B} | T={args.temperature:g}" + (f" ({args.verifier} verifier)" if args.temperature > 0 else "")
+          + (f"| block_size {B}" if args.tree is None else f"| tree of <= {args.tree} nodes")
+          + f" | T={args.temperature:g}" + (f" ({verifier} verifier)" if args.temperature > 0 else "")
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")
     if not args.hf and is_toy_run(args.out):
         print(TOY_RUN)
@@ -188,7 +203,7 @@ def main(argv=None):
     print(f"target forward passes: {stats.target_forwards} (plain decoding: {len(tokens)})")
     print("acceptance length histogram (tokens emitted per step, bonus included):")
     print(bars(stats.histogram))
-    if args.block_size == "auto":
+    if args.block_size == "auto" and args.tree is None:
         print("block sizes chosen (auto: anchor + drafts per step):")
         print(bars(Counter(stats.block_sizes)))
 
@@ -197,8 +212,9 @@ def main(argv=None):
     if args.temperature == 0 and ref != tokens:
         sys.exit(GREEDY_FAILED)
     try:
-        side_by_side(target, drafter, [prompt_ids], args.max_new_tokens, **spec_kw)
-        t_plain, t_spec, _ = side_by_side(target, drafter, [prompt_ids] * REPEATS, args.max_new_tokens, **spec_kw)
+        side_by_side(target, drafter, [prompt_ids], args.max_new_tokens, decoder=decoder, **spec_kw)
+        t_plain, t_spec, _ = side_by_side(target, drafter, [prompt_ids] * REPEATS, args.max_new_tokens,
+                                          decoder=decoder, **spec_kw)
     except AssertionError:                              # a greedy speculative run differed from plain decoding
         sys.exit(GREEDY_FAILED)
     print(f"speed ({REPEATS} runs of this prompt each, plain and DFlash interleaved, after a warm-up; same "

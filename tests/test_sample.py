@@ -41,6 +41,14 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
     assert "legend: prompt  ⟦accepted drafts⟧  ⟨target tokens" in r.stdout, "the marker legend is missing"
 
 
+def test_tree_mode_shows_the_accepted_path_and_its_greedy_self_check_passes(smoke_out):
+    r = run_sample("--out", smoke_out, "--max_new_tokens", 30, "--tree", 12)
+    assert r.returncode == 0, f"sample.py --tree failed (status {r.returncode}):\n{r.stderr}"
+    assert "tree of <= 12 nodes" in r.stdout, f"the header should name the tree size:\n{r.stdout}"
+    assert "⟦" in r.stdout or "⟨" in r.stdout, f"the accepted path should be marked by origin:\n{r.stdout}"
+    assert re.search(r"greedy self-check: .*token-identical.*: PASS", r.stdout), f"no PASS line:\n{r.stdout}"
+
+
 def test_plain_prints_the_continuation_without_markers_or_legend(smoke_out):
     r = run_sample("--out", smoke_out, "--max_new_tokens", 20, "--plain", "--prompt", "def f(x):")
     assert r.returncode == 0, r.stderr

@@ -61,12 +61,14 @@ def DraftForwardCounter(drafter):
     return ForwardCounter(drafter.norm)
 
 
-def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection", **kw):
+def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
+                 decoder=speculative_generate, **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
     speculative run's acceptance lengths (for τ by position, bands.py). `kw`: generate's sampling arguments
     (temperature, top_k, top_p, stop_token_ids). temperature > 0: both sample (prompt i with seed i; the
-    speculative side with `verifier`), and the outputs, samples, are not compared."""
+    speculative side with `verifier`), and the outputs, samples, are not compared. `decoder`: the speculative
+    decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size bound)."""
     t_plain = t_spec = 0.0
     emitted = steps = 0
     temperature = kw.get("temperature", 0.0)
@@ -74,8 +76,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
         t0 = time.perf_counter()
         ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
         t1 = time.perf_counter()
-        out, stats = speculative_generate(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier,
-                                          generator=torch.Generator().manual_seed(i), **kw)
+        out, stats = decoder(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier,
+                             generator=torch.Generator().manual_seed(i), **kw)
         t2 = time.perf_counter()
         emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
         if runs is not None:
