@@ -27,7 +27,7 @@ from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify
 
 # The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
 # `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
-# 24 x 128 target and 2-layer dflash2 drafter (/tmp/runs/before), CPU, 1 thread, context 64, median of 30 calls;
+# 24 x 128 target and 2-layer dflash2 drafter of the default run, CPU, 1 thread, context 64, median of 30 calls;
 # linear in between. The machine (2 cores) was shared: single entries are noisy to ~10-20%.
 COST_TOKENS = (1, 4, 8, 16)                     # tokens per row of the measured forwards
 TARGET_COST = {1: (1.00, 1.24, 1.41, 1.33),    # target forward of R rows x t tokens (ragged mask), by R
@@ -230,7 +230,7 @@ class SpecBatch(_Batch):
     """A batched DFlash generation: `prefill()`, then `step()` while `drop_finished()` says rows are left."""
 
     def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
-                 top_p=None, verifier="match", stop_token_ids=None, generator=None):
+                 top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
         B = drafter.config.block_size
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
                          layer_ids=drafter.config.target_layer_ids, slack=B)
@@ -351,7 +351,7 @@ class SpecBatch(_Batch):
 
 @torch.no_grad()
 def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
-                               top_p=None, verifier="match", stop_token_ids=None, generator=None):
+                               top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
     """Batched DFlash (or DFlash 2): one drafter pass and one target pass per step for the whole batch.
     Returns (one token list per prompt, BatchStats with per-row acceptance lengths and τ)."""
     return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p, verifier,
