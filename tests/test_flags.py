@@ -88,6 +88,7 @@ CASES = [
     ("sample.py", ["--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1"),
     ("sample.py", ["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got inf"),
     ("sample.py", ["--top_k", "0"], "argument --top_k: must be an integer >= 1, got 0"),
+    ("sample.py", ["--tree", "0"], "argument --tree: must be an integer in [1, 1000000], got 0"),
     ("sample.py", ["--top_p", "0"], "argument --top_p: must be a finite number in (0, 1], got 0"),
     ("sample.py", ["--top_p", "1.5"], "argument --top_p: must be a finite number in (0, 1], got 1.5"),
     ("sample.py", ["--top_p", "nan"], "argument --top_p: must be a finite number in (0, 1], got nan"),
