@@ -37,7 +37,8 @@ def notebook_env(smoke_out, tmp_path_factory):
 
 
 GUIDED_TOURS = ["01_target_and_kv_cache", "02_the_drafter", "03_one_speculative_step", "04_why_lossless",
-                "05_training_what_matters", "06_dflash2", "07_trees"]
+                "05_training_what_matters", "06_dflash2", "07_trees",
+                "08_batching"]
 
 
 def test_every_guided_tour_is_there_and_no_other():
