@@ -22,7 +22,7 @@ from .distill import soft_targets
 from .drafter import loss_decay_weights
 from .resume import Resume, data_hash
 from .sampling import next_token
-from .speculative import generate, speculative_generate
+from .speculative import speculative_generate
 from .train import Progress, lr_at, make_optimizer
 
 PARTS = ("dflash_loss", "selector_loss", "recall")    # extra numbers a drafter's loss() may report (DFlash 2)

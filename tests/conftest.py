@@ -34,6 +34,16 @@ def tiny_drafter(target, seed=1, block_size=16, n_layer=1, mask_id=None):
     return Drafter(cfg, target).double().eval()
 
 
+def soft_pair(vocab=4):
+    """A one-layer target over `vocab` tokens with peaked distributions and a block-4 drafter softer than it
+    (q != p, so sampled drafts get rejected): small enough to enumerate every sampled continuation."""
+    target = tiny_target(seed=11, vocab=vocab, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
+    drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
+    with torch.no_grad():
+        drafter.norm.weight.mul_(0.3)
+    return target, drafter
+
+
 class OracleDrafter:
     """A test double that drafts the target's own greedy continuation, then (optionally) breaks it.
 

@@ -12,7 +12,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from conftest import soft_pair, tiny_drafter
 from nanodflash.batch import BatchBlockSize, SpecBatch, generate_batch, speculative_generate_batch, step_cost
 from nanodflash.sampling import DraftRule, probs_from_logits, sample
 from nanodflash.speculative import generate
@@ -174,11 +174,7 @@ SAMPLE_PROMPTS = [[1, 2], [3], [0, 3, 1]]                             # rows tha
 
 @pytest.fixture(scope="module")
 def small():
-    target = tiny_target(seed=11, vocab=V, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
-    drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
-    with torch.no_grad():
-        drafter.norm.weight.mul_(0.3)              # a softer drafter than the target: q != p, so rejections happen
-    return target, drafter
+    return soft_pair(V)
 
 
 EXACT = {}

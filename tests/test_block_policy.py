@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import nanodflash.block_policy as block_policy
-import nanodflash.speculative as speculative
 from conftest import OracleDrafter, tiny_drafter
 from nanodflash.block_policy import AdaptiveBlockSize
 from nanodflash.speculative import generate, speculative_generate

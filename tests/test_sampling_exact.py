@@ -16,7 +16,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from conftest import soft_pair
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import speculative_generate
 from nanodflash.verify import residual_distribution
@@ -26,11 +26,7 @@ V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 2000, 1e-4
 
 @pytest.fixture(scope="module")
 def models():
-    target = tiny_target(seed=11, vocab=V, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
-    drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
-    with torch.no_grad():
-        drafter.norm.weight.mul_(0.3)      # a softer drafter than the target: q != p, so rejections happen
-    return target, drafter
+    return soft_pair(V)
 
 
 @torch.no_grad()

@@ -36,7 +36,6 @@ bench_methods.py, so another drafter is one more line in `default_methods`.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -53,7 +52,7 @@ from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dfl
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
 from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
 from ..data import val_prompts
-from .timing import ForwardCounter, sync
+from .timing import ForwardCounter, machine, sync
 
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",   # the methods
            "prompt_lookup_method"]                                               # are importable from here too
@@ -186,11 +185,9 @@ def main(argv=None, extra=None):
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     wall, by_name, kind = time.perf_counter() - t0, {r["name"]: r for r in rows}, kind_of(drafter)
-    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
-             else torch.cuda.get_device_name())
-    machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
+    where = machine(args.device)
     print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
-          f"{args.max_new_tokens} new tokens each | {machine}")
+          f"{args.max_new_tokens} new tokens each | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
     print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
     print(format_table(rows))
@@ -253,7 +250,7 @@ def main(argv=None, extra=None):
         with open(args.json, "w") as f:
             json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
-                           draft_cost_curve=curve, policy_costs=policy, machine=machine, out=args.out,
+                           draft_cost_curve=curve, policy_costs=policy, machine=where, out=args.out,
                            n_prompts=len(prompts), prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
                            seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")

@@ -16,8 +16,6 @@ relative to a (1 row, 1 token) target forward, at context CONTEXT, median of N_T
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import torch
@@ -27,7 +25,7 @@ from ..checkpoint import load, run_corpus
 from ..data import val_prompts
 from ..speculative import speculative_generate
 from .cli import MAX_SEED, ints, threads
-from .timing import median_time, sync
+from .timing import machine, median_time, sync
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 COST_ROWS, CONTEXT, N_TIMED = (1, 4, 8, 16, 32), 64, 30
@@ -146,10 +144,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     tok, target, drafter = load(args.out, args.device)
     prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
-    where = f"{torch.get_num_threads()} thread(s) of {os.cpu_count()} CPUs" if args.device == "cpu" else args.device
     print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, B={drafter.config.block_size}) | "
           f"{len(prompts)} prompts x {PROMPT_LEN} tokens, {args.max_new_tokens} new tokens, greedy | "
-          f"{platform.machine()}, torch {torch.__version__}, {where}")
+          f"{machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     if not args.costs_only:
         t0 = time.perf_counter()

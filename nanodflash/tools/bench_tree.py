@@ -19,8 +19,6 @@ After the table:
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 
@@ -29,6 +27,7 @@ import torch
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
+from .timing import machine
 from ..checkpoint import load
 from ..data import val_prompts
 from ..speculative import generate, speculative_generate
@@ -192,11 +191,9 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
     wall = time.perf_counter() - t0
-    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if args.device == "cpu"
-             else torch.cuda.get_device_name())
-    machine = f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {args.device} ({where})"
+    where = machine(args.device)
     print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
-          f"{args.max_new_tokens} new tokens each, greedy, tree_temperature {args.tree_temperature} | {machine}")
+          f"{args.max_new_tokens} new tokens each, greedy, tree_temperature {args.tree_temperature} | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
@@ -219,7 +216,7 @@ def main(argv=None):
     if args.json:
         keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s", "matches_plain")
         with open(args.json, "w") as f:
-            json.dump(dict(out=args.out, machine=machine, tree_temperature=args.tree_temperature, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+            json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
                            rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles, ceiling=ceiling),
                       f, indent=1)
 

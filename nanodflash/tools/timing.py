@@ -5,14 +5,24 @@
     ForwardCounter(module)       counts module's forward calls with a hook (a context manager)
     DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
     side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
+    machine(device)              the machine a benchmark ran on, for its header line
 """
 
+import os
+import platform
 import statistics
 import time
 
 import torch
 
 from ..speculative import generate, speculative_generate
+
+
+def machine(device):
+    """'x86_64 Linux, torch 2.13.0+cpu, cpu (1 of 2 CPU threads)': what a benchmark's numbers were measured on."""
+    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if str(device) == "cpu"
+             else torch.cuda.get_device_name())
+    return f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {device} ({where})"
 
 
 def sync(device):
