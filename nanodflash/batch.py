@@ -28,7 +28,7 @@ from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify
 # The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
 # `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
 # 24 x 128 target and 2-layer dflash2 drafter of the default run, CPU, 1 thread, context 64, median of 30 calls;
-# linear in between. The machine (2 cores) was shared: single entries are noisy to ~10-20%.
+# linear in between. Single entries are noisy to ~10-20% on a shared 2-core machine (docs/batching.md).
 COST_TOKENS = (1, 4, 8, 16)                     # tokens per row of the measured forwards
 TARGET_COST = {1: (1.00, 1.24, 1.41, 1.33),    # target forward of R rows x t tokens (ragged mask), by R
                4: (1.26, 1.45, 1.66, 2.21),

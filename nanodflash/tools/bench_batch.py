@@ -1,7 +1,7 @@
 """Batched decoding benchmark: plain batched decoding vs batched DFlash, per batch size, side by side in one run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
-    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # batch.py's cost tables, re-measured
+    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # measure batch.py's cost tables
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut into
 batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up. Methods:
