@@ -15,7 +15,6 @@ of speculative over plain greedy decoding measured side by side.
 """
 
 import argparse
-import hashlib
 import os
 import time
 
@@ -23,10 +22,11 @@ import torch
 
 from nanodflash import checkpoint as ckpt
 from nanodflash.tools import baselines
+from nanodflash.tools.run_record import file_hash, reusable, stage_record
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints
 from nanodflash.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.resume import data_hash, differences
+from nanodflash.resume import data_hash
 from nanodflash.tools.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
@@ -151,42 +151,6 @@ def parse_args(argv=None):
         p.error(problem)
     check_device(p, args.device)
     return args
-
-
-# The flags each stage's checkpoint depends on: its record holds them and hashes of what it was built on, and a
-# rerun reuses the stage only when they all match (--device and the summary's flags change no checkpoint)
-STAGE_FLAGS = {
-    "tokenizer": ("smoke", "vocab_size"),
-    "target": ("n_layer", "n_embd", "n_head", "seq_len", "target_steps", "target_batch", "target_lr", "seed"),
-    "data": ("n_seqs", "prompt_len", "gen_len", "long_seqs", "long_gen_len", "gen_temperature", "gen_greedy_frac",
-             "gen_batch", "sampling_seqs", "sampling_temperature", "seed"),
-    "drafter": ("drafter", "draft_layers", "selector_top_k", "selector_rank", "conv_kernel_size", "target_layer_ids",
-                "block_size", "draft_steps", "draft_batch", "draft_anchors", "draft_lr", "gamma", "soft_weight",
-                "long_batch", "long_anchors", "seed"),
-    "sampling drafter": ("sampling_steps", "sampling_lr", "draft_batch", "draft_anchors", "gamma", "seed"),
-}
-
-
-def stage_record(stage, args, **built_on):
-    """What makes a stage's checkpoint: its flags, and hashes of what it is built on (corpus, target, data, ...)."""
-    return {**{k: getattr(args, k) for k in STAGE_FLAGS[stage]}, **built_on}
-
-
-def reusable(path, saved, now):
-    """True when `path` exists and its record `saved` equals `now`; False when it does not exist. A record
-    that differs is refused in one line naming each difference and the way out."""
-    if not os.path.exists(path):
-        return False
-    if saved != now:
-        diff = "; ".join(differences(saved or {}, now)) if saved else "it records no settings (an older train_tiny.py)"
-        raise ValueError(f"{path} was made by another run: {diff}. Rerun with --fresh to start over, or use "
-                         "another --out")
-    return True
-
-
-def file_hash(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 def main(argv=None):

@@ -20,64 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .block_policy import DECAY, AdaptiveBlockSize, block_sizes
+from .batch_policy import BatchBlockSize
+from .block_policy import block_sizes
 from .gpt import KVCache
 from .sampling import next_token
 from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify_block, draft_rule
-
-# The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
-# `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
-# 24 x 128 target and 2-layer dflash2 drafter of the default run, CPU, 1 thread, context 64, median of 30 calls;
-# linear in between. Single entries are noisy to ~10-20% on a shared 2-core machine (docs/batching.md).
-COST_TOKENS = (1, 4, 8, 16)                     # tokens per row of the measured forwards
-TARGET_COST = {1: (1.00, 1.24, 1.41, 1.33),    # target forward of R rows x t tokens (ragged mask), by R
-               4: (1.26, 1.45, 1.66, 2.21),
-               8: (1.43, 1.76, 2.22, 3.59),
-               16: (1.75, 2.41, 3.18, 5.23),
-               32: (2.19, 3.65, 5.43, 9.33)}
-DRAFT_COST = {1: (0.04, 0.26, 0.39, 0.27),     # drafter pass of R rows x t slots + projecting t new positions
-              4: (0.04, 0.27, 0.33, 0.42),     # per row (t = 1: the projection only)
-              8: (0.05, 0.31, 0.58, 0.83),
-              16: (0.05, 0.44, 0.55, 0.91),
-              32: (0.05, 0.56, 0.86, 1.63)}
-
-
-def _line(xs, ys, x):
-    """Piecewise-linear y(x) through the points (xs, ys), the end segments extended past the ends."""
-    i = max(1, min(len(xs) - 1, sum(xi < x for xi in xs)))
-    return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-
-
-def _interp(table, rows, t):
-    """A cost table at `rows` rows x t tokens: linear in t for every measured row count, then linear in rows."""
-    counts = sorted(table)
-    return _line(counts, [_line(COST_TOKENS, table[r], t) for r in counts], rows)
-
-
-def step_cost(rows, t):
-    """A speculative step of `rows` rows with blocks of t tokens (t = 1: no drafts), in (1 row, 1 token) forwards."""
-    return _interp(TARGET_COST, rows, t) + (_interp(DRAFT_COST, rows, t) if t > 1 else 0.0)
-
-
-class BatchBlockSize(AdaptiveBlockSize):
-    """block_policy's rule with a batch's costs: draft n tokens per row when E(n) tokens per row for a step of
-    cost step_cost(rows, n + 1) beat one token per row for a plain batched step; alpha is pooled over the rows."""
-
-    def next_for(self, rows):
-        self.rows = rows
-        return self.next()
-
-    def cost(self, n):                                      # in plain batched steps of this many rows
-        return step_cost(self.rows, n + 1) / _interp(TARGET_COST, self.rows, 1)
-
-    def update_rows(self, pairs):
-        """pairs: (n_drafts, n_accepted) of every row of one step; one decay per step, whatever the batch."""
-        pairs = [(n, a) for n, a in pairs if n > 0]
-        if not pairs:
-            return super().update(0, 0)
-        self.accepted = DECAY * self.accepted + sum(a for _, a in pairs)
-        self.reached = DECAY * self.reached + sum(n if a >= n else a + 1 for n, a in pairs)
-
 
 def _greedy_walk(selector, hidden, logits, anchors):
     """DFlash 2's greedy selector walk (dflash2.CandidateSelector.transition_table + walk) for R blocks at once:

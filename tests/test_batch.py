@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from conftest import soft_pair, tiny_drafter
-from nanodflash.batch import BatchBlockSize, SpecBatch, generate_batch, speculative_generate_batch, step_cost
+from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
+from nanodflash.batch_policy import BatchBlockSize, step_cost
 from nanodflash.sampling import DraftRule, probs_from_logits, sample
 from nanodflash.speculative import generate
 from test_dflash2 import tiny_dflash2

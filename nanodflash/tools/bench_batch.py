@@ -1,7 +1,7 @@
 """Batched decoding benchmark: plain batched decoding vs batched DFlash, per batch size, side by side in one run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
-    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # measure batch.py's cost tables
+    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # measure batch_policy.py's cost tables
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut into
 batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up. Methods:
@@ -9,7 +9,7 @@ plain batched decoding (generate_batch), batched DFlash (speculative_generate_ba
 greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1 bar. Reported:
 total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to plain at the same R,
 τ, the batch size at which each block size stops paying (its first R with tokens/s below plain's), and whether
-every greedy output equals plain's. Then the cost tables batch.py's block_size="auto" uses, measured here: one
+every greedy output equals plain's. Then the cost tables batch_policy.py's block_size="auto" uses, measured here: one
 target forward of R rows x t tokens, and one drafter pass (draft + projecting the verified context), each
 relative to a (1 row, 1 token) target forward, at context CONTEXT, median of N_TIMED calls.
 """
@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from ..batch import COST_TOKENS, SpecBatch, generate_batch, speculative_generate_batch
+from ..batch import SpecBatch, generate_batch, speculative_generate_batch
+from ..batch_policy import COST_TOKENS
 from ..checkpoint import load, run_corpus
 from ..data import val_prompts
 from ..speculative import speculative_generate
@@ -127,7 +128,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED)
     p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of batch.py's auto")
+    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of batch_policy.py (batch.py's auto)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     try:
