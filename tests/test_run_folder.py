@@ -90,10 +90,11 @@ def test_a_run_on_another_corpus_is_refused_in_a_folder_made_on_the_default_one(
 
 def test_a_matching_rerun_skips_every_stage(smoke_out, tmp_path, capsys):
     out = copy_run(smoke_out, tmp_path)
-    train_tiny.main(["--smoke", "--out", str(out)])
+    train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     printed = capsys.readouterr().out
     for stage, f in (("tokenizer", "tokenizer.bpe"), ("target", "target.pt"), ("data", "data.pt"),
-                     ("drafter", "drafter.pt"), ("sampling drafter", "drafter_sampling.pt")):
+                     ("drafter", "drafter.pt"), ("sampled data", "data_sampled.pt"),
+                     ("sampling drafter", "drafter_sampling.pt")):
         assert f"[{stage}] found {out / f}, skipping" in printed, f"the matching {stage} stage was not reused"
     assert "step" not in printed.split("=== summary")[0], "a matching rerun trained something"
 
@@ -212,15 +213,18 @@ def cases(tmp_path, smoke_out):
     ]
 
 
-def test_every_command_reports_a_missing_or_wrong_path_in_one_line_without_a_traceback(smoke_out, tmp_path):
-    failures = []
-    for argv, says in cases(tmp_path, smoke_out):
-        r = run(*argv)
-        last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-        if r.returncode != 1 or "Traceback" in r.stderr or says not in last or not last.startswith("error: "):
-            failures.append(f"{' '.join(map(str, argv))}: exit {r.returncode}, said {r.stderr.strip()[-400:]!r}, "
-                            f"should say {says!r}")
-    assert not failures, "\n".join(failures)
+CASES = ["sample-missing", "sample-unfinished", "bench-missing", "bench-unfinished", "baselines-missing",
+         "hf-export-missing", "hf-export-unfinished", "train_tiny-out-is-a-file", "sample-hf-missing",
+         "sample-block-size-word", "sample-block-size-too-big"]          # the order of cases(), one test each
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=CASES)
+def test_every_command_reports_a_missing_or_wrong_path_in_one_line_without_a_traceback(smoke_out, tmp_path, case):
+    argv, says = cases(tmp_path, smoke_out)[case]
+    r = run(*argv)
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    assert r.returncode == 1 and "Traceback" not in r.stderr and says in last and last.startswith("error: "), \
+        f"{' '.join(map(str, argv))}: exit {r.returncode}, said {r.stderr.strip()[-400:]!r}, should say {says!r}"
 
 
 # ----------------------------------------------------------------------------- export says what it wrote

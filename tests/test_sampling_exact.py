@@ -8,7 +8,9 @@ are compared to it with a chi-square goodness-of-fit test (bins with expected co
 False-alarm rate: we fail when p < 1e-4, so a correct sampler fails a given configuration with
 probability 1e-4 (under 1e-3 across the whole file) for a random seed; seeds are fixed, so the suite
 is deterministic. Power: the negative controls (a verifier that always accepts, and one that on
-rejection resamples from p instead of the residual) must get p < 1e-4 on the same test.
+rejection resamples from p instead of the residual) must get p < 1e-4 on the same test. With N = 600
+samples they get p < 1e-100 here, and the weakest control of the other files (test_sampling_kinds.py's
+uniform q with top-k and top-p on) p ~ 3e-78: ample power, at a third of the time of 2,000 samples.
 """
 
 import itertools
@@ -21,7 +23,7 @@ from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import speculative_generate
 from nanodflash.verify import residual_distribution
 
-V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 2000, 1e-4
+V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 600, 1e-4
 
 
 @pytest.fixture(scope="module")
