@@ -6,7 +6,7 @@
     python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (python -m nanodflash.tools.hf export)
 
 Sampling (--temperature > 0) drafts with out/drafter_sampling.pt when the run made one (the drafter
-fine-tuned on sampled continuations), else with out/drafter.pt. Every draft/verify step emits the
+fine-tuned on sampled continuations, `train_tiny.py --sampling`), else with out/drafter.pt. Every draft/verify step emits the
 drafter's accepted tokens, then one token from the target (the "bonus": the target's own choice at
 the first disagreement, or after the last draft). The first generated token comes from the target's
 prefill. The continuation is printed with that origin shown: in colour on a terminal (green drafted,
@@ -26,7 +26,7 @@ import torch
 
 import nanodflash
 from nanodflash.tools import hf
-from nanodflash.checkpoint import TOY_RUN, drafter_path, is_toy_run, run_corpus
+from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.data import val_prompts
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
@@ -191,6 +191,9 @@ def main(argv=None):
           + f" | {args.device}, {torch.get_num_threads()} thread(s)")
     if not args.hf and is_toy_run(args.out):
         print(TOY_RUN)
+    if not args.hf and args.temperature > 0 and source.endswith(DRAFTER):
+        print(f"(no sampling drafter in {args.out}: `python train_tiny.py --sampling` adds one, which accepts more "
+              "sampled drafts; add the run's other flags if it was made with any)")
     if style != "plain":
         legend = [("prompt", "prompt"), ("draft", "accepted drafts"), ("target", "target tokens (prefill / bonus)")]
         print("legend: " + "  ".join(styled(k, s, style) for k, s in legend) + "   (--plain: the text alone)")

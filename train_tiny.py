@@ -34,7 +34,8 @@ from nanodflash.tools.summary import print_summary
 from nanodflash.train_drafter import generate_mix, measure_tau, slot_accuracy, train_drafter
 
 # ----------------------------------------------------------------------------- defaults
-OUT = "out"              # run folder of a default run (--smoke: SMOKE_OUT)
+OUT = "out"              # run folder of a default run (--full: FULL_OUT, --smoke: SMOKE_OUT)
+FULL_OUT = "out_full"    # run folder of a --full run
 SMOKE_OUT = "out_smoke"  # run folder of a --smoke run, never out/: toy checkpoints must not stand in for real ones
 VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
@@ -57,12 +58,17 @@ DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # few an
 LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
 # sampling drafter: the drafter tuned to the target's distribution on sampled continuations, used when sampling
-SAMPLING_STEPS, SAMPLING_SEQS, SAMPLING_LR = 600, 3072, 1e-3   # 0 steps = none (sampling then uses drafter.pt)
+SAMPLING_STEPS, SAMPLING_SEQS, SAMPLING_LR = 600, 3072, 1e-3   # made by --sampling only (else sampling uses drafter.pt)
 SAMPLING_TEMPERATURE = 0.7   # its continuations are sampled at this temperature (as people sample)
 # summary
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds from machine to machine
 EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
+
+# --full: the longer recipe, for the best τ at about 2.5 times the default run's time (docs/experiments.md);
+# each flag left at its default takes the value here
+FULL = dict(target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000, eval_new_tokens=96,
+            eval_long_prompts=16)
 
 # --smoke: the same pipeline at toy sizes (each flag left at its default takes the value here)
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
@@ -79,6 +85,8 @@ def parse_args(argv=None):
     a("--data", default=None, help="UTF-8 text file to train on, or a built-in corpus: stdlib (the default: Python's "
       "standard library source) or pydoc (Python's documentation prose)")
     a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
+    a("--full", action="store_true", help="the longer recipe (more target, data and drafter steps: "
+      f"{', '.join(f'--{k} {v}' for k, v in FULL.items())}), for the best τ; writes {FULL_OUT}/ by default")
     a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start over")
     a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     a("--seed", type=ints(0, MAX_SEED), default=SEED, help="random seed (default: %(default)s)")
@@ -123,11 +131,13 @@ def parse_args(argv=None):
     a("--draft_lr", type=floats(0, 1, low_open=True), default=DRAFT_LR, help="drafter peak learning rate")
     a("--gamma", type=floats(0, low_open=True), default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) "
       "(default: %(default)s)")
-    a("--sampling_steps", type=ints(0, MAX_COUNT), default=SAMPLING_STEPS, help="fine-tuning steps of the sampling "
-      "drafter (drafter_sampling.pt: the drafter tuned on sampled continuations, used when sampling), 0 = none "
-      "(default: %(default)s)")
-    a("--sampling_seqs", type=ints(1, MAX_COUNT), default=SAMPLING_SEQS, help="continuations sampled at "
-      "--sampling_temperature for the sampling drafter (default: %(default)s)")
+    a("--sampling", action="store_true", help="also train the sampling drafter (drafter_sampling.pt: the drafter "
+      "tuned on sampled continuations, which sample.py and the benchmark then sample with); every other stage of "
+      "the run is reused, so `train_tiny.py --sampling` after a run adds just this stage")
+    a("--sampling_steps", type=ints(1, MAX_COUNT), default=SAMPLING_STEPS, help="with --sampling: fine-tuning "
+      "steps of the sampling drafter (default: %(default)s)")
+    a("--sampling_seqs", type=ints(1, MAX_COUNT), default=SAMPLING_SEQS, help="with --sampling: continuations "
+      "sampled at --sampling_temperature for the sampling drafter, in data_sampled.pt (default: %(default)s)")
     a("--sampling_temperature", type=floats(0, low_open=True), default=SAMPLING_TEMPERATURE, help="temperature the "
       "sampling drafter's continuations are sampled at (default: %(default)s)")
     a("--sampling_lr", type=floats(0, 1, low_open=True), default=SAMPLING_LR, help="sampling drafter peak learning "
@@ -141,11 +151,12 @@ def parse_args(argv=None):
     a("--eval_prompts", type=ints(1, 10000), default=EVAL_PROMPTS, help="validation prompts for the summary")
     a("--eval_new_tokens", type=ints(2, 4096), default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
     args = p.parse_args(argv)
-    args.out = args.out or (SMOKE_OUT if args.smoke else OUT)
-    if args.smoke:
-        for k, v in SMOKE.items():
-            if getattr(args, k) == p.get_default(k):
-                setattr(args, k, v)
+    if args.smoke and args.full:
+        p.error("--smoke and --full are two recipes: choose one")
+    args.out = args.out or (SMOKE_OUT if args.smoke else FULL_OUT if args.full else OUT)
+    for k, v in (SMOKE if args.smoke else FULL if args.full else {}).items():
+        if getattr(args, k) == p.get_default(k):
+            setattr(args, k, v)
     problem = check_flag_combinations(args)
     if problem:
         p.error(problem)
@@ -163,7 +174,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     path = {k: os.path.join(args.out, f) for k, f in
             dict(run=ckpt.RUN, tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER,
-                 sampling=ckpt.SAMPLING_DRAFTER).items()}
+                 sampled=ckpt.SAMPLED_DATA, sampling=ckpt.SAMPLING_DRAFTER).items()}
     if args.fresh:                       # also the baselines trained on the old target (nanodflash.tools.baselines)
         for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
             if os.path.exists(f):
@@ -217,9 +228,6 @@ def main(argv=None):
              "val": (val_ids, max(4, args.n_seqs // 16), args.gen_len, args.seed + 1, args.gen_greedy_frac, T)}
     if args.long_seqs:                   # greedy: sampled long sequences cost late greedy τ
         parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0, T)
-    if args.sampling_steps:              # all sampled, for the sampling drafter
-        parts["train_sampled"] = (train_ids, args.sampling_seqs, args.gen_len, args.seed + 5, 0.0,
-                                  args.sampling_temperature)
     made_by = stage_record("data", args, parts=sorted(parts), corpus=corpus["sha256"], target=target.fingerprint())
     data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else None
     if reusable(path["data"], data and data.get("made_by"), made_by):
@@ -268,23 +276,9 @@ def main(argv=None):
                                    long_batch=args.long_batch, long_anchors=args.long_anchors)
         ckpt.save_drafter(path["drafter"], drafter, draft_hist, made_by)
 
-    # 4b. sampling drafter: a copy of the drafter, tuned to the target's distribution on sampled continuations
-    sampler = None
-    if args.sampling_steps:
-        made_by = stage_record("sampling drafter", args, drafter=data_hash(*drafter.state_dict().values()),
-                               data=data_id)
-        ck = ckpt.read(path["sampling"], "sampling drafter") if os.path.exists(path["sampling"]) else {}
-        if reusable(path["sampling"], ck.get("made_by"), made_by):
-            print(f"[sampling drafter] found {path['sampling']}, skipping")
-            sampler, _ = ckpt.load_drafter(path["sampling"], target, args.device)
-        else:
-            sampler = type(drafter)(drafter.config, target).to(args.device)
-            sampler.load_state_dict(drafter.state_dict())
-            hist = train_drafter(sampler, data["train_sampled"], args.sampling_steps, args.draft_batch,
-                                 args.draft_anchors, args.sampling_lr, min_anchor=data["prompt_len"] - 1,
-                                 gamma=args.gamma, seed=args.seed + 5, resume=ckpt.resume_path(path["sampling"]),
-                                 soft_weight=1.0, log_name="sampling drafter")
-            ckpt.save_drafter(path["sampling"], sampler, hist, made_by)
+    # 4b. with --sampling: the sampling drafter, a copy of the drafter tuned to the target's distribution on
+    #     sampled continuations (data_sampled.pt), its own stage so that greedy-only runs never pay for it
+    sampler = sampling_stage(args, path, target, drafter, train_ids, corpus) if args.sampling else None
 
     # 5. summary
     torch.set_num_threads(DECODE_THREADS)
@@ -293,6 +287,37 @@ def main(argv=None):
     print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
                   args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS, sampler)
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
+
+
+def sampling_stage(args, path, target, drafter, train_ids, corpus):
+    """Sampled continuations (data_sampled.pt), then the drafter fine-tuned on them (drafter_sampling.pt); each
+    reused when its record matches, like every stage."""
+    made_by = stage_record("sampled data", args, corpus=corpus["sha256"], target=target.fingerprint())
+    data = ckpt.read(path["sampled"], "sampled data") if os.path.exists(path["sampled"]) else None
+    if reusable(path["sampled"], data and data.get("made_by"), made_by):
+        print(f"[sampled data] found {path['sampled']}, skipping")
+    else:
+        t0 = time.perf_counter()
+        seqs = generate_mix(target, train_ids, args.sampling_seqs, 0.0, args.seed + 5, dict(
+            prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.sampling_temperature,
+            batch_size=args.gen_batch))
+        data = {"prompt_len": args.prompt_len, "train_sampled": seqs, "made_by": made_by}
+        print(f"[sampled data] generated {seqs.numel():,} tokens at T={args.sampling_temperature} in "
+              f"{time.perf_counter() - t0:.1f}s -> {path['sampled']}")
+        ckpt.atomic_save(data, path["sampled"])
+    made_by = stage_record("sampling drafter", args, drafter=data_hash(*drafter.state_dict().values()),
+                           data=data_hash(data["train_sampled"]))
+    ck = ckpt.read(path["sampling"], "sampling drafter") if os.path.exists(path["sampling"]) else {}
+    if reusable(path["sampling"], ck.get("made_by"), made_by):
+        print(f"[sampling drafter] found {path['sampling']}, skipping")
+        return ckpt.load_drafter(path["sampling"], target, args.device)[0]
+    sampler = type(drafter)(drafter.config, target).to(args.device)
+    sampler.load_state_dict(drafter.state_dict())
+    hist = train_drafter(sampler, data["train_sampled"], args.sampling_steps, args.draft_batch, args.draft_anchors,
+                         args.sampling_lr, min_anchor=data["prompt_len"] - 1, gamma=args.gamma, seed=args.seed + 5,
+                         resume=ckpt.resume_path(path["sampling"]), soft_weight=1.0, log_name="sampling drafter")
+    ckpt.save_drafter(path["sampling"], sampler, hist, made_by)
+    return sampler
 
 
 def cli(argv=None):

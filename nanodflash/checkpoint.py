@@ -6,7 +6,8 @@ A run folder written by `train_tiny.py --out DIR` holds:
     target.pt       {"config", "model", "tokenizer", "history", "made_by"}
     data.pt         target-generated sequences the drafter trains on, and "made_by"
     drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"}; kind "dflash" or "dflash2"
-    drafter_sampling.pt   the same kind of file: drafter.pt fine-tuned on sampled continuations, for sampling
+    data_sampled.pt       with --sampling: continuations sampled from the target, and "made_by"
+    drafter_sampling.pt   with --sampling: drafter.pt fine-tuned on data_sampled.pt, the same kind of file
 "made_by" records what made the checkpoint: the stage's flags, and hashes of what it was made from (corpus,
 tokenizer, target, data, drafter), e.g. {"n_layer": 24, ..., "corpus": "c6e3...", "tokenizer": "9a1f..."};
 train_tiny.py reuses a stage only when its record equals the one it would write. While a training stage
@@ -27,7 +28,7 @@ from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 RUN, TOKENIZER, TARGET, DATA, DRAFTER = "run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
-SAMPLING_DRAFTER = "drafter_sampling.pt"
+SAMPLED_DATA, SAMPLING_DRAFTER = "data_sampled.pt", "drafter_sampling.pt"     # made by train_tiny.py --sampling
 DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
 TOY_RUN = ("note: this is a smoke-sized run (train_tiny.py --smoke): its τ and speedups are not meaningful; "
            "`python train_tiny.py` trains a default-sized pair")

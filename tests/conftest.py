@@ -101,9 +101,10 @@ def drafter(target):
 
 @pytest.fixture(scope="session")
 def smoke_out(tmp_path_factory):
-    """Checkpoints from `train_tiny.py --smoke`, made once per test session and shared by every test file."""
+    """Checkpoints from `train_tiny.py --smoke --sampling` (every stage, the sampling drafter's too), made once
+    per test session and shared by every test file."""
     import train_tiny
     out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (out / "drafter.pt").exists():
-        train_tiny.main(["--smoke", "--out", str(out)])
+    if not (out / "drafter_sampling.pt").exists():
+        train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     return out

@@ -78,7 +78,7 @@ CASES = [
     ("train_tiny.py", ["--eval_new_tokens", "600"], "--prompt_len + --eval_new_tokens = 616 must be at most the "
                                                     "target's context window"),
     ("train_tiny.py", ["--n_seqs", "two"], "argument --n_seqs: must be an integer in [1, 1000000], got 'two'"),
-    ("train_tiny.py", ["--sampling_steps", "-1"], "argument --sampling_steps: must be an integer in [0, 1000000], got -1"),
+    ("train_tiny.py", ["--sampling_steps", "0"], "argument --sampling_steps: must be an integer in [1, 1000000], got 0"),
     ("train_tiny.py", ["--sampling_seqs", "0"], "argument --sampling_seqs: must be an integer in [1, 1000000], got 0"),
     ("train_tiny.py", ["--sampling_lr", "0"], "argument --sampling_lr: must be a finite number in (0, 1], got 0"),
     ("train_tiny.py", ["--sampling_temperature", "0"], "argument --sampling_temperature: must be a finite number > 0, "

@@ -46,10 +46,10 @@ def interrupt(monkeypatch, stage, at, how):
     monkeypatch.setattr(resume, "on_step", hook)
 
 
-def rerun(out, monkeypatch, capsys):
+def rerun(out, monkeypatch, capsys, *flags):
     """Take the interrupting hook away, run the same command again and return what it printed."""
     monkeypatch.setattr(resume, "on_step", None)
-    train_tiny.main(["--smoke", "--out", str(out)])
+    train_tiny.main(["--smoke", *flags, "--out", str(out)])
     return capsys.readouterr().out
 
 
@@ -94,14 +94,15 @@ def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_s
 
 
 def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch, capsys):
-    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"])
+    out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt", "drafter.pt",
+                                                    "data_sampled.pt"])
     monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)
     interrupt(monkeypatch, "sampling drafter", 12, "kill")
     with pytest.raises(Killed):
-        train_tiny.main(["--smoke", "--out", str(out)])
+        train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     assert (out / "drafter_sampling.pt.resume").exists() and not (out / "drafter_sampling.pt").exists(), \
         "a kill inside the sampling drafter stage should leave its resume file, and no drafter_sampling.pt"
-    printed = rerun(out, monkeypatch, capsys)
+    printed = rerun(out, monkeypatch, capsys, "--sampling")
     assert "resuming sampling drafter at step 11 of 20" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter_sampling.pt",))
 

@@ -57,7 +57,7 @@ def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_gree
         f"short sequences: {sum(is_greedy[:k])}/{k} greedy in the greedy part, {sum(is_greedy[k:])} in the rest"
 
 
-def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, capsys):
+def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_speed_side_by_side(smoke_out, capsys):
     import nanodflash
     from nanodflash.checkpoint import read
     from nanodflash.tools.summary import print_summary
@@ -65,13 +65,17 @@ def test_the_summary_reports_greedy_and_sampled_speed_side_by_side(smoke_out, ca
     data = read(str(smoke_out / "data.pt"), "generated data")
     prompts = [s[:8] for s in data["val"][:3].tolist()]
     _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
-    for who, extra in (("the drafter", ()), ("the sampling drafter", (sampler,))):
-        print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1, *extra)
-        out = capsys.readouterr().out
-        for line in ("greedy speculative == plain greedy on all 3 prompts: yes", "speedup (block_size=8, 24 new tokens)",
-                     f"sampling (T=0.7 top-p 0.95, rejection verifier, {who}, block_size=4): tau ",
-                     f"sampling (T=0.7 top-p 0.95, rejection verifier, {who}, block_size=auto): tau "):
-            assert line in out, f"the summary lacks {line!r}:\n{out}"
+    greedy = ("greedy speculative == plain greedy on all 3 prompts: yes", "speedup (block_size=8, 24 new tokens)")
+    sampled = ("sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=4): tau ",
+               "sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=auto): tau ")
+    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1)
+    out = capsys.readouterr().out
+    assert all(line in out for line in greedy), f"the summary lacks a greedy line:\n{out}"
+    assert "sampling (" not in out, f"without a sampling drafter the summary times no sampled decoding:\n{out}"
+    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1, sampler)
+    out = capsys.readouterr().out
+    for line in greedy + sampled:
+        assert line in out, f"the summary lacks {line!r}:\n{out}"
 
 
 def test_the_sampling_drafter_is_the_drafter_fine_tuned_on_sampled_continuations(smoke_out):
@@ -81,13 +85,13 @@ def test_the_sampling_drafter_is_the_drafter_fine_tuned_on_sampled_continuations
     from nanodflash.speculative import generate
     _, target, drafter = nanodflash.load(str(smoke_out))
     _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
-    assert (smoke_out / "drafter_sampling.pt").exists(), "the default run must write drafter_sampling.pt"
+    assert (smoke_out / "drafter_sampling.pt").exists(), "a run with --sampling must write drafter_sampling.pt"
     assert sampler.kind == drafter.kind and sampler.config == drafter.config, "a copy of the drafter, same config"
     changed = [k for k, v in drafter.state_dict().items() if not torch.equal(v, sampler.state_dict()[k])]
     assert changed, "the sampling drafter's weights must differ from the drafter's (it was fine-tuned)"
     hist = read(str(smoke_out / "drafter_sampling.pt"), "sampling drafter")["history"]
     assert len(hist["loss"]) == train_tiny.SMOKE["sampling_steps"], f"{len(hist['loss'])} fine-tuning steps"
-    data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
+    data, P = read(str(smoke_out / "data_sampled.pt"), "sampled data"), 8          # smoke prompt_len
     sampled = data["train_sampled"]
     assert len(sampled) == train_tiny.SMOKE["sampling_seqs"], "the sampling drafter's data: --sampling_seqs sequences"
     greedy = sum(s[P:] == generate(target, s[:P], len(s) - P) for s in sampled.tolist())
@@ -103,3 +107,33 @@ def test_without_a_sampling_drafter_sampling_loads_the_drafter(smoke_out, tmp_pa
     _, _, fallback = nanodflash.load(str(tmp_path), sampling=True)
     assert all(torch.equal(v, fallback.state_dict()[k]) for k, v in drafter.state_dict().items()), \
         "with no drafter_sampling.pt, load(sampling=True) must give drafter.pt"
+
+
+def test_the_sampling_drafter_is_trained_on_demand_once_and_a_greedy_run_never_pays_for_it(smoke_out, tmp_path, capsys):
+    import shutil
+    import train_tiny
+    out = tmp_path / "run"
+    out.mkdir()
+    for f in ("run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
+        shutil.copy(smoke_out / f, out / f)
+    earlier = [f"[{stage}] found {out / f}, skipping" for stage, f in
+               (("tokenizer", "tokenizer.bpe"), ("target", "target.pt"), ("data", "data.pt"), ("drafter", "drafter.pt"))]
+    train_tiny.main(["--smoke", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "sampled data" not in printed and "sampling drafter" not in printed, \
+        f"a run without --sampling generated sampled data or tuned a sampling drafter:\n{printed}"
+    assert not (out / "data_sampled.pt").exists() and not (out / "drafter_sampling.pt").exists(), \
+        "a run without --sampling wrote the sampling drafter's files"
+    train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert all(line in printed for line in earlier), f"--sampling retrained an earlier stage:\n{printed}"
+    assert "[sampled data] generated" in printed and "[sampling drafter] found" not in printed \
+        and (out / "drafter_sampling.pt").exists(), \
+        f"the first --sampling run should generate its data and train the sampling drafter:\n{printed}"
+    a, b = (torch.load(d / "drafter_sampling.pt", weights_only=False)["model"] for d in (out, smoke_out))
+    assert all(torch.equal(a[k], b[k]) for k in a), "added later, the sampling drafter must equal a one-go run's"
+    train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
+    printed = capsys.readouterr().out
+    for stage, f in (("sampled data", "data_sampled.pt"), ("sampling drafter", "drafter_sampling.pt")):
+        assert f"[{stage}] found {out / f}, skipping" in printed, f"a second --sampling run redid the {stage}"
+    assert "step" not in printed.split("=== summary")[0], f"a second --sampling run trained something:\n{printed}"

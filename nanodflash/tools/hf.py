@@ -273,8 +273,8 @@ def main(argv=None):
     for path in written:
         print(f"wrote {path}")
     if not os.path.exists(os.path.join(args.out, checkpoint.SAMPLING_DRAFTER)):
-        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} (a run with "
-              "--sampling_steps 0)")
+        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} (`train_tiny.py "
+              "--sampling` adds it)")
 
 
 if __name__ == "__main__":
