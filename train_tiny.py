@@ -1,6 +1,8 @@
 """Train everything DFlash needs, end to end, on a CPU: tokenizer -> target -> generated data -> drafter.
 
-    python train_tiny.py                 # the default run (~25 minutes on 2 CPU cores), writes out/
+    python train_tiny.py                 # the default run (minutes on 2 CPU cores: README), writes out/
+    python train_tiny.py --sampling      # then add the sampling drafter, for sampled decoding
+    python train_tiny.py --full          # the longer recipe, for the best τ, writes out_full/
     python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute, writes out_smoke/
     python train_tiny.py --data input.txt --out out_shakespeare
 
@@ -8,10 +10,12 @@ Each stage writes its checkpoint atomically with a record of what made it (its f
 corpus and checkpoints it was built on); a rerun skips a stage whose checkpoint exists with the same record,
 and refuses one with another record, naming each difference (`--fresh` starts over). The run folder's
 run.json remembers the corpus, so sample.py and the benchmark take their prompts from it. The target and
-drafter stages also save their whole state every ~45 s and at Ctrl-C (out/*.pt.resume), so an interrupted
-run resumes where it stopped and ends with the same weights.
-At the end it prints a summary: losses, τ at block sizes 4/8/16 on validation prompts, and the speedup
-of speculative over plain greedy decoding measured side by side.
+drafter stages also save their whole state every ~45 s and at Ctrl-C, SIGTERM or SIGHUP (out/*.pt.resume),
+so an interrupted run resumes where it stopped and ends with the same weights; the data stage is short and
+restarts.
+At the end it prints a summary: losses, per-slot accuracy, τ at the drafter's block size on validation
+prompts and the speedup of speculative over plain greedy decoding measured side by side, every greedy output
+checked against plain greedy decoding, and τ by position on long generations.
 """
 
 import argparse
@@ -41,10 +45,10 @@ VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
 N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep, narrow: as for a real LLM, verifying a block costs about one forward
 SEQ_LEN = 128            # training window of the target
-TARGET_STEPS, TARGET_BATCH, TARGET_LR = 700, 16, 2e-3
+TARGET_STEPS, TARGET_BATCH, TARGET_LR = 400, 16, 2e-3
 # target-generated data for the drafter
-N_SEQS, PROMPT_LEN, GEN_LEN = 3072, 16, 96   # short sequences: corpus prompt + the target's continuation
-LONG_SEQS, LONG_GEN_LEN = 347, 480   # long ones (0 = none), so the drafter also learns late positions
+N_SEQS, PROMPT_LEN, GEN_LEN = 2048, 16, 96   # short sequences: corpus prompt + the target's continuation
+LONG_SEQS, LONG_GEN_LEN = 128, 480   # long ones (0 = none), so the drafter also learns late positions
 GEN_TEMPERATURE = 0.7    # 0 = greedy continuations only; >0: some short ones sampled at it, as users sample
 GEN_GREEDY_FRAC = 0.75   # share of the short continuations kept greedy: sampled τ up, greedy τ nearly unchanged
 SOFT_WEIGHT = 0.5        # drafter loss = (1-w) CE(data token) + w CE(target distribution) (distill.py): raises sampled τ
@@ -54,7 +58,7 @@ DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K c
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
 SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (docs/design.md)
 TARGET_LAYER_IDS = "1,11,21"   # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 2000, 48, 4, 3e-3   # few anchors: the mask grows with their square
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 500, 48, 4, 3e-3   # few anchors: the mask grows with their square
 LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
 # sampling drafter: the drafter tuned to the target's distribution on sampled continuations, used when sampling
@@ -62,13 +66,12 @@ SAMPLING_STEPS, SAMPLING_SEQS, SAMPLING_LR = 600, 3072, 1e-3   # made by --sampl
 SAMPLING_TEMPERATURE = 0.7   # its continuations are sampled at this temperature (as people sample)
 # summary
 EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds from machine to machine
-EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 16, 480   # long generations: τ by position band, speedup (0 tokens = skip)
+EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 4, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
 
 # --full: the longer recipe, for the best τ at about 2.5 times the default run's time (docs/experiments.md);
 # each flag left at its default takes the value here
-FULL = dict(target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000, eval_new_tokens=96,
-            eval_long_prompts=16)
+FULL = dict(target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000, eval_long_prompts=16)
 
 # --smoke: the same pipeline at toy sizes (each flag left at its default takes the value here)
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,
@@ -287,6 +290,10 @@ def main(argv=None):
     print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
                   args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS, sampler)
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
+    out = "" if args.out == OUT else f" --out {args.out}"
+    print(f"next: python sample.py{out} | python -m nanodflash.tools.bench --out {args.out} (τ at every block size, "
+          "sampling, baselines)" + ("" if args.sampling else " | python train_tiny.py --sampling (a drafter tuned "
+                                    "for sampled decoding; the run's other flags too)"))
 
 
 def sampling_stage(args, path, target, drafter, train_ids, corpus):

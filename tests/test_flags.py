@@ -77,6 +77,7 @@ CASES = [
     ("train_tiny.py", ["--eval_new_tokens", "1"], "argument --eval_new_tokens: must be an integer in [2, 4096], got 1"),
     ("train_tiny.py", ["--eval_new_tokens", "600"], "--prompt_len + --eval_new_tokens = 616 must be at most the "
                                                     "target's context window"),
+    ("train_tiny.py", ["--smoke", "--full"], "--smoke and --full are two recipes: choose one"),
     ("train_tiny.py", ["--n_seqs", "two"], "argument --n_seqs: must be an integer in [1, 1000000], got 'two'"),
     ("train_tiny.py", ["--sampling_steps", "0"], "argument --sampling_steps: must be an integer in [1, 1000000], got 0"),
     ("train_tiny.py", ["--sampling_seqs", "0"], "argument --sampling_seqs: must be an integer in [1, 1000000], got 0"),

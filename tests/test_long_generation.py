@@ -38,7 +38,7 @@ def random_prefix(rng, n):
     return int(torch.randint(0, n + 1, (1,), generator=rng))
 
 
-@pytest.mark.parametrize("margin", [0, 1, 5])
+@pytest.mark.parametrize("margin", [0, 1])                  # the window filled exactly, and one spare position
 @pytest.mark.parametrize("kind", ["dflash", "dflash2", "oracle_right_for_a_random_prefix"])
 def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the_window(long_models, kind, margin):
     target, drafters = long_models

@@ -137,3 +137,15 @@ def test_the_sampling_drafter_is_trained_on_demand_once_and_a_greedy_run_never_p
     for stage, f in (("sampled data", "data_sampled.pt"), ("sampling drafter", "drafter_sampling.pt")):
         assert f"[{stage}] found {out / f}, skipping" in printed, f"a second --sampling run redid the {stage}"
     assert "step" not in printed.split("=== summary")[0], f"a second --sampling run trained something:\n{printed}"
+
+
+def test_full_sets_the_longer_recipe_and_its_own_folder_but_explicit_flags_win():
+    import train_tiny
+    args = train_tiny.parse_args(["--full"])
+    assert args.out == train_tiny.FULL_OUT, "--full must write its own run folder, not the default run's"
+    for k, v in train_tiny.FULL.items():
+        assert getattr(args, k) == v, f"--full should set --{k} {v}, got {getattr(args, k)}"
+        assert getattr(train_tiny.parse_args([]), k) != v, \
+            f"--{k} {v} is already the default: FULL should only hold what the longer recipe changes"
+    explicit = train_tiny.parse_args(["--full", "--draft_steps", "123", "--out", "elsewhere"])
+    assert (explicit.draft_steps, explicit.out) == (123, "elsewhere"), "a flag given with --full must win"
