@@ -20,6 +20,7 @@ checked against plain greedy decoding, and τ by position on long generations.
 
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -81,7 +82,8 @@ SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)                   # a preset must see every flag given by name
     a = p.add_argument
     a("--out", default=None, help=f"run folder for tokenizer, checkpoints and data (default: {OUT}, with --smoke "
       f"{SMOKE_OUT})")
@@ -157,8 +159,9 @@ def parse_args(argv=None):
     if args.smoke and args.full:
         p.error("--smoke and --full are two recipes: choose one")
     args.out = args.out or (SMOKE_OUT if args.smoke else FULL_OUT if args.full else OUT)
+    given = {a.split("=")[0][2:] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
     for k, v in (SMOKE if args.smoke else FULL if args.full else {}).items():
-        if getattr(args, k) == p.get_default(k):
+        if k not in given:                           # a flag given on the command line wins, whatever its value
             setattr(args, k, v)
     problem = check_flag_combinations(args)
     if problem:
@@ -329,7 +332,6 @@ def sampling_stage(args, path, target, drafter, train_ids, corpus):
 
 def cli(argv=None):
     """main() with clear one-line errors instead of stack traces, and a resume hint on Ctrl-C."""
-    import sys
     try:
         main(argv)
     except KeyboardInterrupt:

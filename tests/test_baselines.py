@@ -179,18 +179,17 @@ def test_no_feature_drafter_is_lossless_in_the_loop(target, drafter):
 
 # ----------------------------------------------------------------------------- checkpoints, CLI, bench rows
 
-def test_baseline_recipe_is_train_tinys_drafter_recipe():
+def test_baselines_train_with_the_recipe_drafter_pt_was_trained_with(smoke_out):
     sys.path.insert(0, ROOT)
     import train_tiny
-    assert baselines.RECIPE == dict(steps=train_tiny.DRAFT_STEPS, batch_size=train_tiny.DRAFT_BATCH,
-                                    n_anchors=train_tiny.DRAFT_ANCHORS, lr=train_tiny.DRAFT_LR,
-                                    gamma=train_tiny.GAMMA, seed=train_tiny.SEED, soft_weight=train_tiny.SOFT_WEIGHT,
-                                    long_batch=train_tiny.LONG_BATCH, long_anchors=train_tiny.LONG_ANCHORS), \
-        "recipe drifted from train_tiny.py"
+    made_by = torch.load(smoke_out / "drafter.pt", weights_only=False)["made_by"]
     s = train_tiny.SMOKE
-    assert baselines.SMOKE_RECIPE == dict(baselines.RECIPE, steps=s["draft_steps"], batch_size=s["draft_batch"],
-                                          n_anchors=s["draft_anchors"], long_batch=s["long_batch"],
-                                          long_anchors=s["long_anchors"]), "smoke recipe drifted from train_tiny.SMOKE"
+    assert baselines.run_recipe(made_by, "drafter.pt") == dict(
+        steps=s["draft_steps"], batch_size=s["draft_batch"], n_anchors=s["draft_anchors"], lr=train_tiny.DRAFT_LR,
+        gamma=train_tiny.GAMMA, seed=train_tiny.SEED, soft_weight=train_tiny.SOFT_WEIGHT,
+        long_batch=s["long_batch"], long_anchors=s["long_anchors"]), "not the smoke run's drafter recipe"
+    with pytest.raises(ValueError, match="records no drafter recipe"):
+        baselines.run_recipe({}, "drafter.pt")
 
 
 def test_baseline_checkpoints_round_trip_and_refuse_the_wrong_kind_or_target(tmp_path, target):
@@ -229,7 +228,7 @@ def baseline_out(smoke_out, tmp_path_factory):
 def test_baselines_cli_trains_all_three_prints_tau_and_skips_what_exists(baseline_out, capsys):
     main_kind = torch.load(baseline_out / "drafter.pt", weights_only=False)["kind"]
     other = "dflash" if main_kind == "dflash2" else "dflash2"        # the DFlash kind drafter.pt is not
-    baselines.main(["--out", str(baseline_out), "--smoke", "--steps", "3", "--eval_prompts", "2"])
+    baselines.main(["--out", str(baseline_out), "--steps", "3", "--eval_prompts", "2"])
     out = capsys.readouterr().out
     for needed in ("dflash no-features B=8", "ar k=3", "ar k=7", f"{other} B=8", "without target features",
                    "expected tau", "per-slot top-16 recall"):
@@ -237,13 +236,13 @@ def test_baselines_cli_trains_all_three_prints_tau_and_skips_what_exists(baselin
     for kind in ("ar", "nofeat", other):
         assert (baseline_out / baselines.KINDS[kind][1]).exists(), f"the {kind} drafter was not written"
     assert not (baseline_out / baselines.KINDS[main_kind][1]).exists(), "drafter.pt's own kind was trained again"
-    baselines.main(["--out", str(baseline_out), "--smoke", "--eval_prompts", "1"])
+    baselines.main(["--out", str(baseline_out), "--eval_prompts", "1"])
     assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 3, "existing ones retrained"
 
 
 def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(baseline_out, capsys, tmp_path):
     if not (baseline_out / baselines.AR).exists():
-        baselines.main(["--out", str(baseline_out), "--smoke", "--steps", "3", "--eval_prompts", "1"])
+        baselines.main(["--out", str(baseline_out), "--steps", "3", "--eval_prompts", "1"])
     path = tmp_path / "bench.json"
     bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12", "--json", str(path)])
     out = capsys.readouterr().out

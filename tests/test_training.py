@@ -149,3 +149,5 @@ def test_full_sets_the_longer_recipe_and_its_own_folder_but_explicit_flags_win()
             f"--{k} {v} is already the default: FULL should only hold what the longer recipe changes"
     explicit = train_tiny.parse_args(["--full", "--draft_steps", "123", "--out", "elsewhere"])
     assert (explicit.draft_steps, explicit.out) == (123, "elsewhere"), "a flag given with --full must win"
+    same = train_tiny.parse_args(["--smoke", f"--target_steps={train_tiny.TARGET_STEPS}"])
+    assert same.target_steps == train_tiny.TARGET_STEPS, "a flag given at its default value must win over a preset"

@@ -37,8 +37,8 @@ about. The AR drafter even sees strictly more (its own earlier drafts), so its Ï
 for an AR drafter of this size: the comparison is conservative for DFlash.
 
 A module entry point, not a train_tiny.py flag, so that the trainer stays one screen of stages: it reads
-DIR's target, drafter and data.pt and uses train_tiny's drafter recipe (RECIPE below; a test checks it
-equals train_tiny.py's constants).
+DIR's target, drafter and data.pt and trains with the recipe drafter.pt was trained with, read from its
+record (`run_recipe`): the comparison is like for like on a default, `--full` or `--smoke` run alike.
 """
 
 import argparse
@@ -57,11 +57,19 @@ from ..train_drafter import measure_tau, slot_accuracy, train_drafter
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
-# train_tiny.py's drafter recipe (DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR, GAMMA, SEED, SOFT_WEIGHT,
-# LONG_BATCH, LONG_ANCHORS; smoke: SMOKE)
-RECIPE = dict(steps=2000, batch_size=48, n_anchors=4, lr=3e-3, gamma=2.0, seed=1337, soft_weight=0.5, long_batch=4,
-              long_anchors=16)
-SMOKE_RECIPE = dict(RECIPE, steps=30, batch_size=4, n_anchors=4, long_batch=2, long_anchors=4)
+# train_drafter's arguments <- the flags of train_tiny.py that drafter.pt's record holds
+RECIPE_FLAGS = dict(steps="draft_steps", batch_size="draft_batch", n_anchors="draft_anchors", lr="draft_lr",
+                    gamma="gamma", seed="seed", soft_weight="soft_weight", long_batch="long_batch",
+                    long_anchors="long_anchors")
+
+
+def run_recipe(made_by, path):
+    """The drafter recipe of a run, from drafter.pt's record `made_by` (the train_tiny.py flags that made it)."""
+    missing = [f for f in RECIPE_FLAGS.values() if f not in (made_by or {})]
+    if missing:
+        raise ValueError(f"{path} records no drafter recipe ({', '.join(missing)} missing): the baselines train "
+                         "with the recipe of a drafter made by train_tiny.py")
+    return {k: made_by[f] for k, f in RECIPE_FLAGS.items()}
 
 
 def causal_training_mask(anchors, seq_len, n_slots):
@@ -197,8 +205,6 @@ def parse_args(argv=None):
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
     p.add_argument("--steps", type=ints(1, MAX_COUNT), default=None, help="optimisation steps (default: train_tiny's "
                    "drafter steps)")
-    p.add_argument("--smoke", action="store_true", help="train_tiny --smoke's drafter recipe (the default for a run "
-                   "whose run.json records a smoke run)")
     p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints or resume files exist")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--eval_prompts", type=ints(1, 10000), default=16, help="held-out prompts for Ï„ (default: %(default)s)")
@@ -244,12 +250,13 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
 
 def main(argv=None):
     args = parse_args(argv)
-    recipe = dict(SMOKE_RECIPE if args.smoke or ckpt.is_toy_run(args.out) else RECIPE)
-    recipe["steps"] = args.steps or recipe["steps"]
     try:
         ckpt.check_run_folder(args.out)
         target, _ = ckpt.load_target(os.path.join(args.out, ckpt.TARGET), args.device)
-        drafter, _ = ckpt.load_drafter(os.path.join(args.out, ckpt.DRAFTER), target, args.device)
+        path = os.path.join(args.out, ckpt.DRAFTER)
+        drafter, ck = ckpt.load_drafter(path, target, args.device)
+        recipe = run_recipe(ck.get("made_by"), path)
+        recipe["steps"] = args.steps or recipe["steps"]
         data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")
         t0 = time.perf_counter()
         models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device, kinds=args.kinds)
