@@ -161,9 +161,9 @@ def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, 
     from nanodflash import checkpoint as ckpt
     from nanodflash.tools import baselines
     target, _ = ckpt.load_target(str(smoke_out / "target.pt"))
-    drafter, _ = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)
+    drafter, ck = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)
     data = ckpt.read(str(smoke_out / "data.pt"), "generated data")
-    recipe, quiet = dict(baselines.SMOKE_RECIPE, steps=8), (lambda *_: None)
+    recipe, quiet = dict(baselines.run_recipe(ck["made_by"], "drafter.pt"), steps=8), (lambda *_: None)
 
     def train(out):
         return baselines.train_baselines(str(out), target, drafter, data, recipe, kinds=("nofeat",), log=quiet)["nofeat"]
