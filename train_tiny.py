@@ -70,7 +70,7 @@ EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds fr
 EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 4, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
 
-# --full: the longer recipe, for the best τ at about 2.5 times the default run's time (docs/experiments.md);
+# --full: the longer recipe, a better-trained target and drafter for more minutes (docs/experiments.md);
 # each flag left at its default takes the value here
 FULL = dict(target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000, eval_long_prompts=16)
 
