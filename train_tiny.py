@@ -18,7 +18,6 @@ prompts and the speedup of speculative over plain greedy decoding measured side 
 checked against plain greedy decoding, and τ by position on long generations.
 """
 
-import argparse
 import os
 import sys
 import time
@@ -28,11 +27,12 @@ import torch
 from nanodflash import checkpoint as ckpt
 from nanodflash.tools import baselines
 from nanodflash.tools.run_record import file_hash, reusable, stage_record
-from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints
+from nanodflash.tools.cli import DECODE_THREADS
 from nanodflash.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.resume import data_hash
-from nanodflash.tools.pipeline_flags import check_flag_combinations, context_window, parse_layer_ids
+from nanodflash.tools import pipeline_flags
+from nanodflash.tools.pipeline_flags import context_window, parse_layer_ids
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.train import train_target
 from nanodflash.tools.summary import print_summary
@@ -82,92 +82,8 @@ SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)                   # a preset must see every flag given by name
-    a = p.add_argument
-    a("--out", default=None, help=f"run folder for tokenizer, checkpoints and data (default: {OUT}, with --smoke "
-      f"{SMOKE_OUT})")
-    a("--data", default=None, help="UTF-8 text file to train on, or a built-in corpus: stdlib (the default: Python's "
-      "standard library source) or pydoc (Python's documentation prose)")
-    a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
-    a("--full", action="store_true", help="the longer recipe (more target, data and drafter steps: "
-      f"{', '.join(f'--{k} {v}' for k, v in FULL.items())}), for the best τ; writes {FULL_OUT}/ by default")
-    a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start over")
-    a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    a("--seed", type=ints(0, MAX_SEED), default=SEED, help="random seed (default: %(default)s)")
-    a("--vocab_size", type=ints(258, 65536), default=VOCAB_SIZE, help="BPE vocabulary size incl. 2 special tokens")
-    a("--n_layer", type=ints(1, 64), default=N_LAYER, help="target depth")
-    a("--n_embd", type=ints(2, 4096), default=N_EMBD, help="target width (the drafter shares it)")
-    a("--n_head", type=ints(1, 2048), default=N_HEAD, help="attention heads (target and drafter); must divide "
-      "--n_embd into an even head size")
-    a("--seq_len", type=ints(2, 4096), default=SEQ_LEN, help="target training window in tokens")
-    a("--target_steps", type=ints(1, MAX_COUNT), default=TARGET_STEPS, help="target optimisation steps")
-    a("--target_batch", type=ints(1, 4096), default=TARGET_BATCH, help="target batch size (sequences)")
-    a("--target_lr", type=floats(0, 1, low_open=True), default=TARGET_LR, help="target peak learning rate")
-    a("--n_seqs", type=ints(1, MAX_COUNT), default=N_SEQS, help="number of target-generated sequences for the drafter")
-    a("--prompt_len", type=ints(1, 4096), default=PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
-    a("--gen_len", type=ints(1, 4096), default=GEN_LEN, help="tokens the target generates per sequence")
-    a("--long_seqs", type=ints(0, MAX_COUNT), default=LONG_SEQS, help="long target-generated sequences for the "
-      "drafter, 0 = none (default: %(default)s)")
-    a("--long_gen_len", type=ints(1, 4096), default=LONG_GEN_LEN, help="tokens the target generates per long sequence")
-    a("--gen_temperature", type=floats(0), default=GEN_TEMPERATURE, help="0 = greedy continuations only, >0 = some "
-      "sampled at this temperature (default: %(default)s)")
-    a("--gen_greedy_frac", type=floats(0, 1), default=GEN_GREEDY_FRAC, help="with --gen_temperature > 0: fraction "
-      "of the short sequences continued greedily all the same, a greedy/sampled mix; long ones are always greedy "
-      "(default: %(default)s)")
-    a("--soft_weight", type=floats(0, 1), default=SOFT_WEIGHT, help="weight of the cross-entropy against the "
-      "target's next-token distribution in the drafter loss (the rest: the data token) (default: %(default)s)")
-    a("--drafter", default=DRAFTER, choices=sorted(ckpt.DRAFTER_KINDS),
-      help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
-    a("--draft_layers", type=ints(1, 64), default=DRAFT_LAYERS, help="drafter depth")
-    a("--selector_top_k", type=ints(1, 1024), default=SELECTOR_TOP_K, help="DFlash 2: candidates per slot "
-      "(default: %(default)s)")
-    a("--selector_rank", type=ints(1, 4096), default=SELECTOR_RANK, help="DFlash 2: rank of the predecessor x "
-      "candidate term (default: %(default)s)")
-    a("--conv_kernel_size", type=ints(0, 256), default=CONV_KERNEL, help="DFlash 2: taps of the in-block "
-      "convolutions, 1 = none mixing across slots, 0 = no convolutions: the selector alone (default: %(default)s)")
-    a("--target_layer_ids", default=TARGET_LAYER_IDS,
-      help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
-    a("--gen_batch", type=ints(1, 4096), default=GEN_BATCH, help="sequences generated in parallel for the drafter data")
-    a("--block_size", type=ints(2, 256), default=BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
-    a("--draft_steps", type=ints(1, MAX_COUNT), default=DRAFT_STEPS, help="drafter optimisation steps")
-    a("--draft_batch", type=ints(1, 4096), default=DRAFT_BATCH, help="sequences per drafter step")
-    a("--draft_anchors", type=ints(1, 256), default=DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
-    a("--draft_lr", type=floats(0, 1, low_open=True), default=DRAFT_LR, help="drafter peak learning rate")
-    a("--gamma", type=floats(0, low_open=True), default=GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) "
-      "(default: %(default)s)")
-    a("--sampling", action="store_true", help="also train the sampling drafter (drafter_sampling.pt: the drafter "
-      "tuned on sampled continuations, which sample.py and the benchmark then sample with); every other stage of "
-      "the run is reused, so `train_tiny.py --sampling` after a run adds just this stage")
-    a("--sampling_steps", type=ints(1, MAX_COUNT), default=SAMPLING_STEPS, help="with --sampling: fine-tuning "
-      "steps of the sampling drafter (default: %(default)s)")
-    a("--sampling_seqs", type=ints(1, MAX_COUNT), default=SAMPLING_SEQS, help="with --sampling: continuations "
-      "sampled at --sampling_temperature for the sampling drafter, in data_sampled.pt (default: %(default)s)")
-    a("--sampling_temperature", type=floats(0, low_open=True), default=SAMPLING_TEMPERATURE, help="temperature the "
-      "sampling drafter's continuations are sampled at (default: %(default)s)")
-    a("--sampling_lr", type=floats(0, 1, low_open=True), default=SAMPLING_LR, help="sampling drafter peak learning "
-      "rate (default: %(default)s)")
-    a("--long_batch", type=ints(0, 4096), default=LONG_BATCH, help="long sequences per drafter step (default: %(default)s)")
-    a("--long_anchors", type=ints(1, 256), default=LONG_ANCHORS, help="anchors per long sequence per step")
-    a("--eval_long_prompts", type=ints(1, 10000), default=EVAL_LONG_PROMPTS, help="prompts for the summary's long "
-      "generations")
-    a("--eval_long_tokens", type=ints(0, 4096), default=EVAL_LONG_TOKENS, help="tokens per long summary generation, "
-      "0 = skip them (default: %(default)s)")
-    a("--eval_prompts", type=ints(1, 10000), default=EVAL_PROMPTS, help="validation prompts for the summary")
-    a("--eval_new_tokens", type=ints(2, 4096), default=EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
-    args = p.parse_args(argv)
-    if args.smoke and args.full:
-        p.error("--smoke and --full are two recipes: choose one")
-    args.out = args.out or (SMOKE_OUT if args.smoke else FULL_OUT if args.full else OUT)
-    given = {a.split("=")[0][2:] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
-    for k, v in (SMOKE if args.smoke else FULL if args.full else {}).items():
-        if k not in given:                           # a flag given on the command line wins, whatever its value
-            setattr(args, k, v)
-    problem = check_flag_combinations(args)
-    if problem:
-        p.error(problem)
-    check_device(p, args.device)
-    return args
+    """The flags (nanodflash/tools/pipeline_flags.py), with this file's constants as their defaults."""
+    return pipeline_flags.parse_args(argv, sys.modules[__name__])
 
 
 def main(argv=None):
@@ -195,8 +111,7 @@ def main(argv=None):
     # 1. tokenizer; run.json holds its record and the corpus
     run = {"corpus": corpus, "made_by": stage_record("tokenizer", args, corpus=corpus["sha256"])}
     saved = ckpt.read_run(args.out)
-    if reusable(path["tok"], saved and saved.get("made_by"), run["made_by"]):
-        print(f"[tokenizer] found {path['tok']}, skipping")
+    if reusable("tokenizer", path["tok"], saved, run["made_by"]):
         tok = load_tokenizer(path["tok"])
     else:
         t0 = time.perf_counter()
@@ -213,8 +128,7 @@ def main(argv=None):
     # 2. target
     made_by = stage_record("target", args, corpus=corpus["sha256"], tokenizer=file_hash(path["tok"]))
     target, ck = ckpt.load_target(path["target"], args.device) if os.path.exists(path["target"]) else (None, {})
-    if reusable(path["target"], ck.get("made_by"), made_by):
-        print(f"[target] found {path['target']}, skipping")
+    if reusable("target", path["target"], ck, made_by):
         target_hist = ck["history"]
     else:
         cfg = GPTConfig(vocab_size=tok.n_vocab, n_layer=args.n_layer, n_head=args.n_head, n_kv_head=args.n_head,
@@ -236,9 +150,7 @@ def main(argv=None):
         parts["train_long"] = (train_ids, args.long_seqs, args.long_gen_len, args.seed + 3, 1.0, T)
     made_by = stage_record("data", args, parts=sorted(parts), corpus=corpus["sha256"], target=target.fingerprint())
     data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else None
-    if reusable(path["data"], data and data.get("made_by"), made_by):
-        print(f"[data] found {path['data']}, skipping")
-    else:
+    if not reusable("data", path["data"], data, made_by):
         t0 = time.perf_counter()
         data = {"prompt_len": args.prompt_len, "gen_temperature": args.gen_temperature,
                 "gen_greedy_frac": args.gen_greedy_frac}
@@ -254,8 +166,7 @@ def main(argv=None):
     prompts = window_prompts(val_ids, args.eval_prompts, args.prompt_len, args.seed + 2)
     made_by = stage_record("drafter", args, target=target.fingerprint(), data=data_id)
     ck = ckpt.read(path["drafter"], "drafter") if os.path.exists(path["drafter"]) else {}
-    if reusable(path["drafter"], ck.get("made_by"), made_by):
-        print(f"[drafter] found {path['drafter']}, skipping")
+    if reusable("drafter", path["drafter"], ck, made_by):
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
         draft_hist = ck["history"]
     else:
@@ -304,9 +215,7 @@ def sampling_stage(args, path, target, drafter, train_ids, corpus):
     reused when its record matches, like every stage."""
     made_by = stage_record("sampled data", args, corpus=corpus["sha256"], target=target.fingerprint())
     data = ckpt.read(path["sampled"], "sampled data") if os.path.exists(path["sampled"]) else None
-    if reusable(path["sampled"], data and data.get("made_by"), made_by):
-        print(f"[sampled data] found {path['sampled']}, skipping")
-    else:
+    if not reusable("sampled data", path["sampled"], data, made_by):
         t0 = time.perf_counter()
         seqs = generate_mix(target, train_ids, args.sampling_seqs, 0.0, args.seed + 5, dict(
             prompt_len=args.prompt_len, gen_len=args.gen_len, temperature=args.sampling_temperature,
@@ -318,8 +227,7 @@ def sampling_stage(args, path, target, drafter, train_ids, corpus):
     made_by = stage_record("sampling drafter", args, drafter=data_hash(*drafter.state_dict().values()),
                            data=data_hash(data["train_sampled"]))
     ck = ckpt.read(path["sampling"], "sampling drafter") if os.path.exists(path["sampling"]) else {}
-    if reusable(path["sampling"], ck.get("made_by"), made_by):
-        print(f"[sampling drafter] found {path['sampling']}, skipping")
+    if reusable("sampling drafter", path["sampling"], ck, made_by):
         return ckpt.load_drafter(path["sampling"], target, args.device)[0]
     sampler = type(drafter)(drafter.config, target).to(args.device)
     sampler.load_state_dict(drafter.state_dict())

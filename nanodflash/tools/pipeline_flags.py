@@ -1,10 +1,16 @@
-"""The rules that tie train_tiny.py's flags together, checked right after parsing, before any work.
+"""train_tiny.py's flags: their definitions (`parse_args`, defaults from train_tiny's recipe constants, the
+--smoke and --full presets) and the rules that tie them together, checked right after parsing, before any work.
 
 `check_flag_combinations(args)` returns one line naming the flags and what is allowed, or None; single-flag
 ranges are argparse's job (cli.py). `parse_layer_ids("1,5,9", n_layer)` reads --target_layer_ids.
 """
 
+import argparse
+import sys
+
+from ..checkpoint import DRAFTER_KINDS
 from ..dflash2 import DFlash2Config
+from .cli import MAX_COUNT, MAX_SEED, check_device, floats, ints
 
 
 def context_window(seq_len):
@@ -55,3 +61,94 @@ def parse_layer_ids(text, n_layer):
     if not ids or min(ids) < 0 or max(ids) >= n_layer:
         raise ValueError(f"--target_layer_ids {ids} must lie in 0..{n_layer - 1} (the target has {n_layer} layers)")
     return ids
+
+
+def parse_args(argv, r):
+    """train_tiny.py's flags, parsed: their defaults are the recipe constants of module `r` (train_tiny), a preset
+    (--smoke: r.SMOKE, --full: r.FULL) sets every flag not given by name, then the checks above run."""
+    p = argparse.ArgumentParser(description=r.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)                   # a preset must see every flag given by name
+    a = p.add_argument
+    a("--out", default=None, help=f"run folder for tokenizer, checkpoints and data (default: {r.OUT}, with --smoke "
+      f"{r.SMOKE_OUT})")
+    a("--data", default=None, help="UTF-8 text file to train on, or a built-in corpus: stdlib (the default: Python's "
+      "standard library source) or pydoc (Python's documentation prose)")
+    a("--smoke", action="store_true", help="toy sizes: the whole pipeline in well under a minute")
+    a("--full", action="store_true", help="the longer recipe (more target, data and drafter steps: "
+      f"{', '.join(f'--{k} {v}' for k, v in r.FULL.items())}), for the best τ; writes {r.FULL_OUT}/ by default")
+    a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start over")
+    a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    a("--seed", type=ints(0, MAX_SEED), default=r.SEED, help="random seed (default: %(default)s)")
+    a("--vocab_size", type=ints(258, 65536), default=r.VOCAB_SIZE, help="BPE vocabulary size incl. 2 special tokens")
+    a("--n_layer", type=ints(1, 64), default=r.N_LAYER, help="target depth")
+    a("--n_embd", type=ints(2, 4096), default=r.N_EMBD, help="target width (the drafter shares it)")
+    a("--n_head", type=ints(1, 2048), default=r.N_HEAD, help="attention heads (target and drafter); must divide "
+      "--n_embd into an even head size")
+    a("--seq_len", type=ints(2, 4096), default=r.SEQ_LEN, help="target training window in tokens")
+    a("--target_steps", type=ints(1, MAX_COUNT), default=r.TARGET_STEPS, help="target optimisation steps")
+    a("--target_batch", type=ints(1, 4096), default=r.TARGET_BATCH, help="target batch size (sequences)")
+    a("--target_lr", type=floats(0, 1, low_open=True), default=r.TARGET_LR, help="target peak learning rate")
+    a("--n_seqs", type=ints(1, MAX_COUNT), default=r.N_SEQS, help="number of target-generated sequences for the drafter")
+    a("--prompt_len", type=ints(1, 4096), default=r.PROMPT_LEN, help="prompt tokens taken from the corpus per sequence")
+    a("--gen_len", type=ints(1, 4096), default=r.GEN_LEN, help="tokens the target generates per sequence")
+    a("--long_seqs", type=ints(0, MAX_COUNT), default=r.LONG_SEQS, help="long target-generated sequences for the "
+      "drafter, 0 = none (default: %(default)s)")
+    a("--long_gen_len", type=ints(1, 4096), default=r.LONG_GEN_LEN, help="tokens the target generates per long sequence")
+    a("--gen_temperature", type=floats(0), default=r.GEN_TEMPERATURE, help="0 = greedy continuations only, >0 = some "
+      "sampled at this temperature (default: %(default)s)")
+    a("--gen_greedy_frac", type=floats(0, 1), default=r.GEN_GREEDY_FRAC, help="with --gen_temperature > 0: fraction "
+      "of the short sequences continued greedily all the same, a greedy/sampled mix; long ones are always greedy "
+      "(default: %(default)s)")
+    a("--soft_weight", type=floats(0, 1), default=r.SOFT_WEIGHT, help="weight of the cross-entropy against the "
+      "target's next-token distribution in the drafter loss (the rest: the data token) (default: %(default)s)")
+    a("--drafter", default=r.DRAFTER, choices=sorted(DRAFTER_KINDS),
+      help="dflash2 (a candidate selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
+    a("--draft_layers", type=ints(1, 64), default=r.DRAFT_LAYERS, help="drafter depth")
+    a("--selector_top_k", type=ints(1, 1024), default=r.SELECTOR_TOP_K, help="DFlash 2: candidates per slot "
+      "(default: %(default)s)")
+    a("--selector_rank", type=ints(1, 4096), default=r.SELECTOR_RANK, help="DFlash 2: rank of the predecessor x "
+      "candidate term (default: %(default)s)")
+    a("--conv_kernel_size", type=ints(0, 256), default=r.CONV_KERNEL, help="DFlash 2: taps of the in-block "
+      "convolutions, 1 = none mixing across slots, 0 = no convolutions: the selector alone (default: %(default)s)")
+    a("--target_layer_ids", default=r.TARGET_LAYER_IDS,
+      help="comma-separated target layers (0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
+    a("--gen_batch", type=ints(1, 4096), default=r.GEN_BATCH, help="sequences generated in parallel for the drafter data")
+    a("--block_size", type=ints(2, 256), default=r.BLOCK_SIZE, help="DFlash draft block size B (anchor + B-1 masks)")
+    a("--draft_steps", type=ints(1, MAX_COUNT), default=r.DRAFT_STEPS, help="drafter optimisation steps")
+    a("--draft_batch", type=ints(1, 4096), default=r.DRAFT_BATCH, help="sequences per drafter step")
+    a("--draft_anchors", type=ints(1, 256), default=r.DRAFT_ANCHORS, help="random anchors (blocks) per sequence per step")
+    a("--draft_lr", type=floats(0, 1, low_open=True), default=r.DRAFT_LR, help="drafter peak learning rate")
+    a("--gamma", type=floats(0, low_open=True), default=r.GAMMA, help="loss decay gamma, weights exp(-(k-1)/gamma) "
+      "(default: %(default)s)")
+    a("--sampling", action="store_true", help="also train the sampling drafter (drafter_sampling.pt: the drafter "
+      "tuned on sampled continuations, which sample.py and the benchmark then sample with); every other stage of "
+      "the run is reused, so `train_tiny.py --sampling` after a run adds just this stage")
+    a("--sampling_steps", type=ints(1, MAX_COUNT), default=r.SAMPLING_STEPS, help="with --sampling: fine-tuning "
+      "steps of the sampling drafter (default: %(default)s)")
+    a("--sampling_seqs", type=ints(1, MAX_COUNT), default=r.SAMPLING_SEQS, help="with --sampling: continuations "
+      "sampled at --sampling_temperature for the sampling drafter, in data_sampled.pt (default: %(default)s)")
+    a("--sampling_temperature", type=floats(0, low_open=True), default=r.SAMPLING_TEMPERATURE, help="temperature the "
+      "sampling drafter's continuations are sampled at (default: %(default)s)")
+    a("--sampling_lr", type=floats(0, 1, low_open=True), default=r.SAMPLING_LR, help="sampling drafter peak learning "
+      "rate (default: %(default)s)")
+    a("--long_batch", type=ints(0, 4096), default=r.LONG_BATCH, help="long sequences per drafter step (default: %(default)s)")
+    a("--long_anchors", type=ints(1, 256), default=r.LONG_ANCHORS, help="anchors per long sequence per step")
+    a("--eval_long_prompts", type=ints(1, 10000), default=r.EVAL_LONG_PROMPTS, help="prompts for the summary's long "
+      "generations")
+    a("--eval_long_tokens", type=ints(0, 4096), default=r.EVAL_LONG_TOKENS, help="tokens per long summary generation, "
+      "0 = skip them (default: %(default)s)")
+    a("--eval_prompts", type=ints(1, 10000), default=r.EVAL_PROMPTS, help="validation prompts for the summary")
+    a("--eval_new_tokens", type=ints(2, 4096), default=r.EVAL_NEW_TOKENS, help="tokens generated per summary prompt")
+    args = p.parse_args(argv)
+    if args.smoke and args.full:
+        p.error("--smoke and --full are two recipes: choose one")
+    args.out = args.out or (r.SMOKE_OUT if args.smoke else r.FULL_OUT if args.full else r.OUT)
+    given = {a.split("=")[0][2:] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    for k, v in (r.SMOKE if args.smoke else r.FULL if args.full else {}).items():
+        if k not in given:                           # a flag given on the command line wins, whatever its value
+            setattr(args, k, v)
+    problem = check_flag_combinations(args)
+    if problem:
+        p.error(problem)
+    check_device(p, args.device)
+    return args

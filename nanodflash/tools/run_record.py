@@ -26,15 +26,18 @@ def stage_record(stage, args, **built_on):
     return {**{k: getattr(args, k) for k in STAGE_FLAGS[stage]}, **built_on}
 
 
-def reusable(path, saved, now):
-    """True when `path` exists and its record `saved` equals `now`; False when it does not exist. A record
-    that differs is refused in one line naming each difference and the way out."""
+def reusable(stage, path, saved, now):
+    """True when `path` exists and the record of `saved` (its checkpoint, or run.json for the tokenizer) equals
+    `now`, saying that the stage is skipped; False when it does not exist. A record that differs is refused in one
+    line naming each difference and the way out."""
     if not os.path.exists(path):
         return False
+    saved = (saved or {}).get("made_by")
     if saved != now:
         diff = "; ".join(differences(saved or {}, now)) if saved else "it records no settings (an older train_tiny.py)"
         raise ValueError(f"{path} was made by another run: {diff}. Rerun with --fresh to start over, or use "
                          "another --out")
+    print(f"[{stage}] found {path}, skipping")
     return True
 
 
