@@ -30,7 +30,7 @@ def lr_at(step, total_steps, peak_lr, warmup_frac=0.04, min_ratio=0.1):
 class Progress:
     """One line per report: step, loss, lr, tokens/s and ETA (over this run's steps: `start` were done before)."""
 
-    def __init__(self, name, total_steps, every, stream=sys.stdout, start=0):
+    def __init__(self, name, total_steps, every, stream=None, start=0):     # stream None: sys.stdout when printing
         self.name, self.total, self.every, self.stream, self.start = name, total_steps, every, stream, start
         self.t0, self.tokens = time.perf_counter(), 0
 
@@ -42,7 +42,7 @@ class Progress:
         eta = dt / (step + 1 - self.start) * (self.total - step - 1)
         print(f"[{self.name}] step {step + 1:5d}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | "
               f"{self.tokens / max(dt, 1e-9):8.0f} tok/s | elapsed {dt:5.0f}s | eta {eta:4.0f}s{extra}",
-              file=self.stream, flush=True)
+              file=self.stream or sys.stdout, flush=True)
 
 
 def make_optimizer(params, lr, weight_decay=0.1):

@@ -2,15 +2,13 @@
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import nanodflash
 import train_tiny
-from conftest import smoke_run_in_training, tiny_drafter
+from conftest import run_command, smoke_run_in_training, tiny_drafter
 from nanodflash.speculative import generate, speculative_generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,9 +81,8 @@ def test_tokenizer_not_matching_the_model_is_refused(smoke_out, tmp_path):
         nanodflash.load(str(mixed))
 
 
-def run_train_tiny(*args, timeout=120):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "train_tiny.py"), *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+def run_train_tiny(*args):
+    return run_command("train_tiny.py", *args)
 
 
 @pytest.mark.parametrize("content,message", [

@@ -7,13 +7,12 @@ import os
 import random
 import shutil
 import stat
-import subprocess
-import sys
 
 import pytest
 import torch
 
 import sample
+from conftest import run_command
 import train_tiny
 from nanodflash import checkpoint
 from nanodflash.tools import bench, hf
@@ -22,12 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]
 
 
-def run(*args, cwd=ROOT, timeout=180):
-    """A command line (a script of the repository, or `-m module`) as a subprocess, run from `cwd`."""
-    argv = list(args) if args[0] == "-m" else [os.path.join(ROOT, args[0]), *args[1:]]
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=env)
+def run(*args, cwd=ROOT):
+    """A command line (a script of the repository, or `-m module`), run from `cwd` as `python ARGS...` runs it."""
+    return run_command(*args, cwd=cwd)
 
 
 def copy_run(smoke_out, tmp_path, name="run"):
@@ -240,3 +236,15 @@ def test_export_names_every_file_it_wrote_includes_the_sampling_drafter_and_leav
     assert (to / "drafter_sampling" / "model.safetensors").exists(), "the sampling drafter was not exported"
     for p in written:
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o644, f"{p} is not readable like the rest (0644)"
+
+
+def test_the_in_process_runner_reports_what_the_interpreter_would(tmp_path):
+    """The command tests above run scripts in-process (conftest.run_command): a traceback, an exit message and
+    an exit status must come out as they would from `python script.py`, or the claims above prove nothing."""
+    script = tmp_path / "script.py"
+    for body, status, says in (("raise ValueError('boom')", 1, "Traceback"), ("raise SystemExit('error: no')", 1,
+                               "error: no"), ("import sys; print('hi'); sys.exit(3)", 3, "")):
+        script.write_text(body + "\n")
+        r = run(script)
+        assert r.returncode == status and says in r.stderr, f"{body}: exit {r.returncode}, stderr {r.stderr!r}"
+    assert r.stdout == "hi\n", f"stdout of the script was not captured: {r.stdout!r}"

@@ -4,7 +4,6 @@ faithfully, and fails with a clear message (exit status 1, no traceback) on bad 
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -14,12 +13,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import sample  # noqa: E402
 import train_tiny  # noqa: E402
+from conftest import run_command  # noqa: E402
 from nanodflash.tokenizer import load_tokenizer  # noqa: E402
 
 
 def run_sample(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return run_command("sample.py", *args)
 
 
 def exit_message(argv, capsys):
