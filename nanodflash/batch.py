@@ -11,8 +11,8 @@ step writes row r's new keys at columns len_r.. (a scatter), at RoPE positions l
 the columns a row has not filled. We chose this over right-aligning the rows behind padding because rows
 accept different numbers of drafts every step: right-alignment would shift every row's whole cache each step
 (or let the padding grow by the rejected drafts), while per-row lengths make rejecting a draft as cheap as at
-batch 1 (a row's length simply does not move past it). A row that is done (stop token or max_new_tokens)
-leaves the batch at the next step, so it costs nothing from then on.
+batch 1 (a row's length simply does not move past it). The cache is ragged_cache.py. A row that is done (stop
+token or max_new_tokens) leaves the batch at the next step, so it costs nothing from then on.
 """
 
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ import torch
 
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
-from .gpt import KVCache
+from .ragged_cache import RaggedKVCache, compact
 from .sampling import next_token
 from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify_block, draft_rule
 
@@ -39,47 +39,6 @@ def _greedy_walk(selector, hidden, logits, anchors):
         i = table[rows, t, i].argmax(-1)
         path.append(i)
     return cand.gather(2, torch.from_numpy(np.stack(path, 1)).view(len(cand), -1, 1))[:, :, 0]   # (R, n)
-
-
-class RaggedKVCache(KVCache):
-    """A KVCache whose rows have their own lengths (`lengths`, a list); `length` is the longest row.
-
-    Before a forward of t tokens per row, `slots(t)` gives the positions (R, t) = len_r + i and the mask
-    (R, 1, t, length + t): row r's query i sees columns <= len_r + i. `write` (called by GPT.forward with
-    start = length) puts row r's new keys at those positions; `advance(counts)` keeps counts[r] of them."""
-
-    def __init__(self, config, rows, max_len, device=None, dtype=torch.float32):
-        super().__init__(config, rows, max_len, device, dtype)
-        self.k.zero_()                  # unlike at batch 1, columns past a row's length ARE read (masked, weight 0):
-        self.v.zero_()                  # never-written memory may hold NaN, and 0 * NaN is NaN
-        self.lengths = [0] * rows
-
-    def slots(self, t):
-        self.length = max(self.lengths)
-        lens = torch.tensor(self.lengths, device=self.k.device)
-        self._pos = lens[:, None] + torch.arange(t, device=self.k.device)                    # (R, t)
-        cols = torch.arange(self.length + t, device=self.k.device)
-        return self._pos, (cols[None, None, :] <= self._pos[:, :, None])[:, None]          # (R, 1, t, L+t)
-
-    def write(self, layer, start, k, v):
-        if min(self.lengths) == start:                      # every row at the same length: a slice, as at batch 1
-            return super().write(layer, start, k, v)
-        index = self._pos[:, None, :, None].expand_as(k)                                   # (R, Hkv, t, hd)
-        self.k[layer].scatter_(2, index, k)
-        self.v[layer].scatter_(2, index, v)
-        end = start + k.size(2)
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
-
-    def advance(self, counts):
-        self.lengths = [n + c for n, c in zip(self.lengths, counts)]
-        self.length = max(self.lengths)
-
-    def keep(self, rows):
-        """Drop every row not in `rows` (indices): a finished row costs nothing from then on."""
-        index = torch.tensor(rows, device=self.k.device)
-        self.k, self.v = self.k[:, index], self.v[:, index]
-        self.lengths = [self.lengths[i] for i in rows]
-        self.length = max(self.lengths)
 
 
 @dataclass
@@ -146,10 +105,10 @@ class _Batch:
 
     def drop_finished(self):
         """Remove the finished rows from the batch (and from its caches); False when none is left."""
-        keep = [i for i, r in enumerate(self.rows) if not self.done(r)]
-        if len(keep) < len(self.rows) and keep:
-            self.keep(keep)
-        self.rows = [self.rows[i] for i in keep]
+        order = compact([not self.done(r) for r in self.rows])
+        if len(order) < len(self.rows) and order:
+            self.keep(order)
+        self.rows = [self.rows[i] for i in order]
         return bool(self.rows)
 
     def keep(self, index):

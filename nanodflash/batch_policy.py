@@ -3,7 +3,7 @@ measured cost of a (rows x tokens) forward in place of batch 1's constants. As t
 being bound by reading the weights, every rejected draft is paid for, and the block that pays shrinks
 (docs/batching.md)."""
 
-from .block_policy import DECAY, AdaptiveBlockSize
+from .block_policy import AdaptiveBlockSize
 
 # The cost model of block_size="auto": one forward, in units of a (1 row, 1 token) target forward, measured by
 # `python -m nanodflash.tools.bench_batch` (its cost tables; the command and machine in docs/batching.md): default
@@ -41,7 +41,7 @@ def step_cost(rows, t):
 
 class BatchBlockSize(AdaptiveBlockSize):
     """block_policy's rule with a batch's costs: draft n tokens per row when E(n) tokens per row for a step of
-    cost step_cost(rows, n + 1) beat one token per row for a plain batched step; alpha is pooled over the rows."""
+    cost step_cost(rows, n + 1) beat one token per row for a plain batched step; the slot rates count every row."""
 
     def next_for(self, rows):
         self.rows = rows
@@ -52,8 +52,4 @@ class BatchBlockSize(AdaptiveBlockSize):
 
     def update_rows(self, pairs):
         """pairs: (n_drafts, n_accepted) of every row of one step; one decay per step, whatever the batch."""
-        pairs = [(n, a) for n, a in pairs if n > 0]
-        if not pairs:
-            return super().update(0, 0)
-        self.accepted = DECAY * self.accepted + sum(a for _, a in pairs)
-        self.reached = DECAY * self.reached + sum(n if a >= n else a + 1 for n, a in pairs)
+        self.count_step(pairs)

@@ -2,18 +2,21 @@
 
 Every block slot costs a little more drafter and target work per step (on the reference CPU about 2.5% of a
 1-draft step per slot: `SLOT_COST`), and when the target samples most of a 16-token block is rejected anyway.
-The rule models each draft slot as accepted with one probability alpha (given that the slots before it were),
-so a step that drafts n tokens emits on average
+The rule estimates, for each draft slot k, the probability a_k that the verifier accepts it given that it
+accepted the slots before it. A step that drafts n tokens then emits on average
 
-    E(n) = 1 + alpha + ... + alpha^n  tokens,  and costs  cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
+    E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs  cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
 
 plain decoding steps (STEP_COST: a 1-draft step), and it drafts the n in 1..B-1 that maximises E(n) / cost(n), or
 nothing at all (a plain step, block size 1) when even that n does not pay: a step without drafts costs PLAIN_COST
 (the loop still captures features for the drafter), so drafting pays when E(n) / cost(n) > 1 / PLAIN_COST.
-alpha is the acceptance rate measured so far in this generation (accepted drafts / drafts the verifier looked
-at), recent steps weighing more (DECAY), starting from a prior of 0.75; plain steps measure nothing, so during
-them the estimate relaxes toward the prior and drafting is retried now and then.
-For example, with the CPU's costs below:
+
+a_k is counted per slot in this generation (accepted at slot k / steps whose verifier reached slot k), recent
+steps weighing more (DECAY), starting from a prior of 0.75. Per slot, because acceptance is not one coin per
+slot: a block whose first drafts were right is more likely right further on, so one pooled rate would undercount
+the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the rate of the
+slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the prior and
+drafting is retried now and then. For example, with the CPU's costs below and the same rate in every slot:
 
     >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]     # block = anchor + n drafts
     [3, 6, 9, 16]
@@ -25,9 +28,10 @@ verifier is exact for any number of drafts (each step is a valid speculative ste
 # Costs on the reference CPU (1 thread, the default target); how they are measured: docs/experiments.md
 SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step
 STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify), in plain decoding steps
-PLAIN_COST = 1.0    # a step without drafts inside the speculative loop, in plain decoding steps
+PLAIN_COST = 1.0    # a step without drafts inside the loop, in plain decoding steps
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
+SHRINK = 2.0        # a slot's rate is its counts plus the previous slot's rate worth this many slots
 
 
 def block_sizes(block_size, max_block_size):
@@ -62,19 +66,28 @@ class AdaptiveBlockSize:
     def __init__(self, max_block_size, slot_cost=None, step_cost=None, alpha=PRIOR_ALPHA):
         if max_block_size < 2:
             raise ValueError(f"an adaptive block needs a drafter with block_size >= 2, got {max_block_size}")
-        self.max_block_size = max_block_size
+        self.max_block_size, self.prior = max_block_size, alpha
         self.slot_cost = SLOT_COST if slot_cost is None else slot_cost      # the module's, as set at call time
         self.step_cost = STEP_COST if step_cost is None else step_cost
-        self.accepted, self.reached = alpha * PRIOR_WEIGHT, PRIOR_WEIGHT    # decayed counts of draft slots
+        slots = max_block_size - 1
+        self.accepted = [alpha * PRIOR_WEIGHT] * slots      # decayed counts per draft slot 1..B-1: accepted there,
+        self.reached = [PRIOR_WEIGHT] * slots               # and reached (the verifier looked at it)
 
-    @property
-    def alpha(self):
-        """The estimated probability that a draft slot the verifier reaches is accepted."""
-        return self.accepted / self.reached
+    def rates(self):
+        """[a_1, ..., a_{B-1}]: each slot's acceptance given the slots before it were accepted. Slot 1 is reached
+        by every drafting step: its counts alone; a later slot's counts plus SHRINK slots at the previous slot's rate."""
+        rates = [self.accepted[0] / self.reached[0]]
+        for accepted, reached in zip(self.accepted[1:], self.reached[1:]):
+            rates.append((accepted + SHRINK * rates[-1]) / (reached + SHRINK))
+        return rates
 
     def expected_tokens(self, n):
-        """E(n) = 1 + alpha + ... + alpha^n: tokens emitted on average by a step with n drafts (bonus included)."""
-        return sum(self.alpha ** i for i in range(n + 1))
+        """E(n) = 1 + a_1 + a_1 a_2 + ...: tokens emitted on average by a step with n drafts (bonus included)."""
+        tokens, survive = 1.0, 1.0
+        for a in self.rates()[:n]:
+            survive *= a                                        # P(the first k drafts are all accepted)
+            tokens += survive
+        return tokens
 
     def cost(self, n):
         """A step with n >= 1 drafts, in plain decoding steps."""
@@ -83,20 +96,29 @@ class AdaptiveBlockSize:
     def next(self):
         """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
         that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
-        alpha, tokens, best, best_rate = self.alpha, 1.0, 0, 1 / PLAIN_COST
-        for n in range(1, self.max_block_size):                 # E(n) = E(n-1) + alpha^n, one pass
-            tokens += alpha ** n
+        tokens, survive, best, best_rate = 1.0, 1.0, 0, 1 / PLAIN_COST
+        for n, a in enumerate(self.rates(), start=1):           # E(n) = E(n-1) + a_1 ... a_n, one pass
+            survive *= a
+            tokens += survive
             if tokens / self.cost(n) > best_rate:
                 best, best_rate = n, tokens / self.cost(n)
         return best + 1
 
     def update(self, n_drafts, n_accepted):
-        """Count a step's slots: the verifier looked at the accepted drafts and at the first rejected one. A step
+        """Count one step's slots: the verifier reached the accepted drafts and the first rejected one. A step
         without drafts moves the counts toward the prior instead."""
-        if n_drafts == 0:
-            self.accepted = DECAY * self.accepted + (1 - DECAY) * PRIOR_ALPHA * PRIOR_WEIGHT
-            self.reached = DECAY * self.reached + (1 - DECAY) * PRIOR_WEIGHT
-            return
-        reached = n_drafts if n_accepted >= n_drafts else n_accepted + 1
-        self.accepted = DECAY * self.accepted + n_accepted
-        self.reached = DECAY * self.reached + reached
+        self.count_step([(n_drafts, n_accepted)])
+
+    def count_step(self, pairs):
+        """Count one step of one or more rows, pairs (n_drafts, n_accepted): every count decays once, then each
+        row adds its reached and accepted slots. Rows without drafts add nothing; when no row drafted, the
+        counts relax toward the prior."""
+        pairs = [(n, a) for n, a in pairs if n > 0]
+        fresh = 0.0 if pairs else 1 - DECAY                     # a step that measured nothing: back toward the prior
+        for k in range(len(self.reached)):                      # slot k + 1
+            self.accepted[k] = DECAY * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
+            self.reached[k] = DECAY * self.reached[k] + fresh * PRIOR_WEIGHT
+        for n, a in pairs:
+            for k in range(min(a + 1, n)):                      # reached: the accepted ones and the first rejected
+                self.reached[k] += 1
+                self.accepted[k] += k < a

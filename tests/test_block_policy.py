@@ -1,7 +1,7 @@
 """block_size="auto" (block_policy.py): the block size follows the acceptance seen so far, and stays lossless.
 
-The rule's model (a step with n drafts emits 1 + alpha + ... + alpha^n tokens on average when each reached
-slot is accepted with probability alpha) is checked against a simulation; its choices against the obvious
+The rule's model (a step with n drafts emits 1 + a_1 + a_1 a_2 + ... tokens on average, a_k the acceptance of
+slot k given the slots before it) is checked against simulations, one with streaks of acceptance; its choices against the obvious
 direction (more acceptance or cheaper slots -> longer blocks); and the loop with it against the oracles
 of the other ladders: greedy output identical to greedy decoding, sampled output exactly the target's
 distribution (chi-square against enumeration, as in test_sampling_exact.py), with block sizes that really
@@ -40,21 +40,45 @@ def test_blocks_grow_with_acceptance_and_shrink_as_slots_cost_more():
 
 def test_the_estimate_counts_the_slots_the_verifier_reached():
     sizer = AdaptiveBlockSize(16)
-    a0 = sizer.alpha
+    prior_acc, prior_reached = 0.9 * 0.75 * 4, 0.9 * 4             # the prior's counts after one decay
     sizer.update(n_drafts=5, n_accepted=2)         # d1, d2 accepted, d3 rejected: 3 slots reached, d4, d5 unseen
-    expected = (0.9 * a0 * 4 + 2) / (0.9 * 4 + 3)
-    assert sizer.alpha == pytest.approx(expected), f"after 2 of 3 reached slots accepted: {sizer.alpha} != {expected}"
+    assert sizer.accepted[:4] == pytest.approx([prior_acc + 1, prior_acc + 1, prior_acc, prior_acc]), \
+        f"accepted counts of slots 1-4 after 2 accepted drafts: {sizer.accepted[:4]}"
+    assert sizer.reached[:4] == pytest.approx([prior_reached + 1] * 3 + [prior_reached]), \
+        f"reached counts of slots 1-4 after the verifier looked at 3 slots: {sizer.reached[:4]}"
     for _ in range(40):
-        sizer.update(n_drafts=3, n_accepted=3)     # everything accepted: alpha -> 1, the whole block
-    assert sizer.alpha > 0.98 and sizer.next() == 16, f"after 40 fully accepted steps: alpha {sizer.alpha:.3f}"
+        sizer.update(n_drafts=3, n_accepted=3)     # everything accepted: rates -> 1, the whole block
+    assert min(sizer.rates()[:3]) > 0.95 and sizer.next() == 16, f"after 40 fully accepted steps: {sizer.rates()}"
     for _ in range(40):
-        sizer.update(n_drafts=15, n_accepted=0)    # the first draft always rejected: alpha -> 0, no drafts
-    assert sizer.alpha < 0.05 and sizer.next() == 1, f"after 40 rejected steps: alpha {sizer.alpha:.3f}"
+        sizer.update(n_drafts=15, n_accepted=0)    # the first draft always rejected: a_1 -> 0, no drafts
+    assert sizer.rates()[0] < 0.05 and sizer.next() == 1, f"after 40 rejected steps: a_1 = {sizer.rates()[0]:.3f}"
     plain_steps = 0
     while sizer.next() == 1 and plain_steps < 100:
         sizer.update(n_drafts=0, n_accepted=0)     # plain steps measure nothing: back toward the prior
         plain_steps += 1
     assert 1 < plain_steps < 50, f"drafting was retried after {plain_steps} plain steps (want a few, not never)"
+
+
+def test_per_slot_rates_predict_tokens_per_step_when_acceptance_runs_in_streaks(monkeypatch):
+    """Acceptance comes in streaks: half the blocks are easy (each draft right with 0.97), half hard (0.3).
+    Counted per slot, E(n) matches a simulation of that process; one pooled rate would not."""
+    monkeypatch.setattr(block_policy, "DECAY", 1.0)                 # remember every step: the estimate converges
+    g = torch.Generator().manual_seed(0)
+    easy = torch.rand(4000, 1, generator=g) < 0.5
+    right = torch.rand(4000, 15, generator=g) < torch.where(easy, 0.97, 0.3)
+    accepted = right.long().cumprod(1).sum(1)                       # drafts kept per step with 15 drafts
+    sizer = AdaptiveBlockSize(16)
+    for a in accepted.tolist():
+        sizer.update(n_drafts=15, n_accepted=a)
+    reached = sum(min(a + 1, 15) for a in accepted.tolist())
+    pooled = AdaptiveBlockSize(16, alpha=float(accepted.sum()) / reached)     # one rate over every reached slot
+    for n in (2, 8, 15):
+        simulated = float((accepted.clamp(max=n) + 1).double().mean())
+        assert abs(sizer.expected_tokens(n) - simulated) < 0.05 * simulated, \
+            f"n={n}: per-slot E(n) {sizer.expected_tokens(n):.2f}, simulated {simulated:.2f}"
+    simulated = float((accepted + 1).double().mean())
+    assert abs(pooled.expected_tokens(15) - simulated) > 0.1 * simulated, \
+        f"the negative control: one pooled rate should miss a 15-draft step's {simulated:.2f} tokens by > 10%"
 
 
 @pytest.mark.parametrize("kind", ["untrained", "right_for_a_random_prefix"])
