@@ -43,12 +43,18 @@ class BatchBlockSize(AdaptiveBlockSize):
     """block_policy's rule with a batch's costs: draft n tokens per row when E(n) tokens per row for a step of
     cost step_cost(rows, n + 1) beat one token per row for a plain batched step; the slot rates count every row."""
 
+    def __init__(self, max_block_size):
+        super().__init__(max_block_size)
+        self.costs = {}                                     # rows -> [cost of n drafts for n in 0..B-1]
+
     def next_for(self, rows):
+        if rows not in self.costs:                          # cost of n drafts, in plain batched steps of these rows
+            self.costs[rows] = [step_cost(rows, n + 1) / step_cost(rows, 1) for n in range(self.max_block_size)]
         self.rows = rows
         return self.next()
 
-    def cost(self, n):                                      # in plain batched steps of this many rows
-        return step_cost(self.rows, n + 1) / step_cost(self.rows, 1)
+    def cost(self, n):
+        return self.costs[self.rows][n]
 
     def update_rows(self, pairs):
         """pairs: (n_drafts, n_accepted) of every row of one step; one decay per step, whatever the batch."""

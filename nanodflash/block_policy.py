@@ -100,8 +100,9 @@ class AdaptiveBlockSize:
         for n, a in enumerate(self.rates(), start=1):           # E(n) = E(n-1) + a_1 ... a_n, one pass
             survive *= a
             tokens += survive
-            if tokens / self.cost(n) > best_rate:
-                best, best_rate = n, tokens / self.cost(n)
+            rate = tokens / self.cost(n)
+            if rate > best_rate:
+                best, best_rate = n, rate
         return best + 1
 
     def update(self, n_drafts, n_accepted):
