@@ -1,6 +1,7 @@
 """The block size of a batched speculative step (block_size="auto" in batch.py): block_policy's rule, with the
-measured cost of a (rows x tokens) forward in place of batch 1's constants. As the batch grows, a forward stops
-being bound by reading the weights, every rejected draft is paid for, and the block that pays shrinks
+measured cost of a (rows x tokens) forward in place of batch 1's constants from 2 rows up (one row keeps batch
+1's, so a batch of one prompt decodes as speculative_generate does). As the batch grows, a forward stops being
+bound by reading the weights, every rejected draft is paid for, and the block that pays shrinks
 (docs/batching.md)."""
 
 from .block_policy import AdaptiveBlockSize
@@ -48,8 +49,10 @@ class BatchBlockSize(AdaptiveBlockSize):
         self.costs = {}                                     # rows -> [cost of n drafts for n in 0..B-1]
 
     def next_for(self, rows):
-        if rows not in self.costs:                          # cost of n drafts, in plain batched steps of these rows
-            self.costs[rows] = [step_cost(rows, n + 1) / step_cost(rows, 1) for n in range(self.max_block_size)]
+        if rows not in self.costs:                          # cost of n drafts, in plain batched steps of these rows;
+            self.costs[rows] = [1.0] + [                    # one row: batch 1's own model, so one prompt gets the
+                AdaptiveBlockSize.cost(self, n) if rows == 1 else step_cost(rows, n + 1) / step_cost(rows, 1)
+                for n in range(1, self.max_block_size)]     # blocks speculative_generate's "auto" picks
         self.rows = rows
         return self.next()
 

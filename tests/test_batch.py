@@ -275,3 +275,17 @@ def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
             fn([[1], [2] * 10, [3] * 100], 30)
     with pytest.raises(ValueError, match="block_size must be"):
         speculative_generate_batch(target, d, [[1]], 5, block_size=17)
+
+
+def test_a_batch_of_one_prompt_chooses_the_auto_block_sizes_of_the_batch1_loop(target, drafters):
+    """At one row the batch's auto keeps batch 1's cost model, so one prompt decodes step for step as
+    speculative_generate(block_size="auto") does; from two rows on, the batch's cost tables decide."""
+    from nanodflash.speculative import speculative_generate
+    drafter, sizes = drafters["dflash"], set()
+    for prompt in PROMPTS:
+        _, alone = speculative_generate(target, drafter, prompt, NEW, block_size="auto")
+        _, batch = speculative_generate_batch(target, drafter, [prompt], NEW, block_size="auto")
+        assert batch.block_sizes == alone.block_sizes, \
+            f"prompt {prompt[:5]}: batch of one chose {batch.block_sizes}, batch 1 chose {alone.block_sizes}"
+        sizes.update(alone.block_sizes)
+    assert len(sizes) > 2, f"the block size never adapted (sizes used: {sorted(sizes)}): nothing was compared"
