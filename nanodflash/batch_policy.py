@@ -58,7 +58,3 @@ class BatchBlockSize(AdaptiveBlockSize):
 
     def cost(self, n):
         return self.costs[self.rows][n]
-
-    def update_rows(self, pairs):
-        """pairs: (n_drafts, n_accepted) of every row of one step; one decay per step, whatever the batch."""
-        self.count_step(pairs)

@@ -81,13 +81,18 @@ class AdaptiveBlockSize:
             rates.append((accepted + SHRINK * rates[-1]) / (reached + SHRINK))
         return rates
 
-    def expected_tokens(self, n):
-        """E(n) = 1 + a_1 + a_1 a_2 + ...: tokens emitted on average by a step with n drafts (bonus included)."""
-        tokens, survive = 1.0, 1.0
-        for a in self.rates()[:n]:
-            survive *= a                                        # P(the first k drafts are all accepted)
-            tokens += survive
+    def expected_tokens_by_drafts(self):
+        """[E(0), E(1), ..., E(B-1)], E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_n: tokens emitted on average by a
+        step with n drafts (bonus included); each E(n) is E(n-1) plus P(the first n drafts are all accepted)."""
+        tokens, survive = [1.0], 1.0
+        for a in self.rates():
+            survive *= a
+            tokens.append(tokens[-1] + survive)
         return tokens
+
+    def expected_tokens(self, n):
+        """E(n): tokens emitted on average by a step with n drafts (bonus included)."""
+        return self.expected_tokens_by_drafts()[n]
 
     def cost(self, n):
         """A step with n >= 1 drafts, in plain decoding steps."""
@@ -96,10 +101,8 @@ class AdaptiveBlockSize:
     def next(self):
         """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
         that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
-        tokens, survive, best, best_rate = 1.0, 1.0, 0, 1 / PLAIN_COST
-        for n, a in enumerate(self.rates(), start=1):           # E(n) = E(n-1) + a_1 ... a_n, one pass
-            survive *= a
-            tokens += survive
+        best, best_rate = 0, 1 / PLAIN_COST
+        for n, tokens in enumerate(self.expected_tokens_by_drafts()[1:], start=1):
             rate = tokens / self.cost(n)
             if rate > best_rate:
                 best, best_rate = n, rate
@@ -108,9 +111,9 @@ class AdaptiveBlockSize:
     def update(self, n_drafts, n_accepted):
         """Count one step's slots: the verifier reached the accepted drafts and the first rejected one. A step
         without drafts moves the counts toward the prior instead."""
-        self.count_step([(n_drafts, n_accepted)])
+        self.update_rows([(n_drafts, n_accepted)])
 
-    def count_step(self, pairs):
+    def update_rows(self, pairs):
         """Count one step of one or more rows, pairs (n_drafts, n_accepted): every count decays once, then each
         row adds its reached and accepted slots. Rows without drafts add nothing; when no row drafted, the
         counts relax toward the prior."""

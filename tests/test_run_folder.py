@@ -12,18 +12,13 @@ import pytest
 import torch
 
 import sample
-from conftest import run_command
+from conftest import run_command as run   # `python ARGS...` (a script, or -m module), from cwd
 import train_tiny
 from nanodflash import checkpoint
 from nanodflash.tools import bench, hf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]
-
-
-def run(*args, cwd=ROOT):
-    """A command line (a script of the repository, or `-m module`), run from `cwd` as `python ARGS...` runs it."""
-    return run_command(*args, cwd=cwd)
 
 
 def copy_run(smoke_out, tmp_path, name="run"):

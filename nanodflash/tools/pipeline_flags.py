@@ -143,7 +143,7 @@ def parse_args(argv, r):
     if args.smoke and args.full:
         p.error("--smoke and --full are two recipes: choose one")
     args.out = args.out or (r.SMOKE_OUT if args.smoke else r.FULL_OUT if args.full else r.OUT)
-    given = {a.split("=")[0][2:] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    given = {arg.split("=")[0][2:] for arg in (sys.argv[1:] if argv is None else argv) if arg.startswith("--")}
     for k, v in (r.SMOKE if args.smoke else r.FULL if args.full else {}).items():
         if k not in given:                           # a flag given on the command line wins, whatever its value
             setattr(args, k, v)
