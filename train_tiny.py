@@ -44,12 +44,12 @@ FULL_OUT = "out_full"    # run folder of a --full run
 SMOKE_OUT = "out_smoke"  # run folder of a --smoke run, never out/: toy checkpoints must not stand in for real ones
 VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
-N_LAYER, N_EMBD, N_HEAD = 24, 128, 4   # deep, narrow: as for a real LLM, verifying a block costs about one forward
+N_LAYER, N_EMBD, N_HEAD = 12, 128, 4   # deep, narrow: verifying a block costs little more than one forward
 SEQ_LEN = 128            # training window of the target
-TARGET_STEPS, TARGET_BATCH, TARGET_LR = 400, 16, 2e-3
+TARGET_STEPS, TARGET_BATCH, TARGET_LR = 250, 16, 2e-3
 # target-generated data for the drafter
-N_SEQS, PROMPT_LEN, GEN_LEN = 2048, 16, 96   # short sequences: corpus prompt + the target's continuation
-LONG_SEQS, LONG_GEN_LEN = 128, 480   # long ones (0 = none), so the drafter also learns late positions
+N_SEQS, PROMPT_LEN, GEN_LEN = 1536, 16, 96   # short sequences: corpus prompt + the target's continuation
+LONG_SEQS, LONG_GEN_LEN = 96, 480    # long ones (0 = none), so the drafter also learns late positions
 GEN_TEMPERATURE = 0.7    # 0 = greedy continuations only; >0: some short ones sampled at it, as users sample
 GEN_GREEDY_FRAC = 0.75   # share of the short continuations kept greedy: sampled τ up, greedy τ nearly unchanged
 SOFT_WEIGHT = 0.5        # drafter loss = (1-w) CE(data token) + w CE(target distribution) (distill.py): raises sampled τ
@@ -58,8 +58,8 @@ GEN_BATCH = 256          # sequences generated in parallel (one KV cache per bat
 DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K candidate selector; dflash: DFlash 1
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
 SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (docs/design.md)
-TARGET_LAYER_IDS = "1,11,21"   # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 500, 48, 4, 3e-3   # few anchors: the mask grows with their square
+TARGET_LAYER_IDS = "1,5,9"     # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 300, 48, 4, 3e-3   # few anchors: the mask grows with their square
 LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
 # sampling drafter: the drafter tuned to the target's distribution on sampled continuations, used when sampling
@@ -70,9 +70,10 @@ EVAL_PROMPTS, EVAL_NEW_TOKENS = 64, 96   # enough prompts for a τ that holds fr
 EVAL_LONG_PROMPTS, EVAL_LONG_TOKENS = 4, 480   # long generations: τ by position band, speedup (0 tokens = skip)
 SEED = 1337
 
-# --full: the longer recipe, a better-trained target and drafter for more minutes (docs/experiments.md);
+# --full: the longer recipe, a deeper, better-trained target and drafter for more minutes (docs/experiments.md);
 # each flag left at its default takes the value here
-FULL = dict(target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000, eval_long_prompts=16)
+FULL = dict(n_layer=24, target_layer_ids="1,11,21", target_steps=700, n_seqs=3072, long_seqs=347, draft_steps=2000,
+            eval_long_prompts=16)
 
 # --smoke: the same pipeline at toy sizes (each flag left at its default takes the value here)
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,

@@ -10,6 +10,15 @@ from ..train_drafter import slot_accuracy
 from .timing import side_by_side
 
 
+def identical(n, ties):
+    """'all 64 prompts: yes', or how many were identical and where the others met a float32 tie (ties.py)."""
+    if not ties:
+        return f"all {n} prompts: yes"
+    return (f"{n - len(ties)} of {n} prompts; the others differ first at a float32 rounding tie, where plain "
+            "decoding's one-token forwards and the verifier's block forward round to different argmaxes:"
+            + "".join(f"\n  prompt {i}, {d.describe()}" for i, d in ties))
+
+
 def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist, draft_hist,
                   threads, sampler=None):
     """Print the summary; `long_tokens` > 0 adds τ by position band and the speedup at that many new tokens.
@@ -26,10 +35,11 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
     print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
     print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
     B = drafter.config.block_size
-    side_by_side(target, drafter, prompts[:2], new_tokens, None)                        # warm-up
-    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, new_tokens, None)
+    side_by_side(target, drafter, prompts[:2], new_tokens, None, ties=[])              # warm-up
+    ties = []
+    t_plain, t_spec, tau = side_by_side(target, drafter, prompts, new_tokens, None, ties=ties)
     print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f}")
-    print(f"greedy speculative == plain greedy on all {len(prompts)} prompts: yes")
+    print(f"greedy speculative == plain greedy on {identical(len(prompts), ties)}")
     print(f"speedup (block_size={B}, {new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
           f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     T, top_p = SAMPLED                                                                  # as people sample
@@ -39,9 +49,9 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
         print(f"sampling (T={T} top-p {top_p}, rejection verifier, the sampling drafter, block_size={b}): tau "
               f"{tau:.2f} | plain {t_plain:.2f}s vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if long_tokens:                                                                     # does the speed hold?
-        runs = []
-        t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs)
-        print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {long_tokens} new tokens, "
-              "all identical to plain greedy)")
+        runs, ties = [], []
+        t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs, ties=ties)
+        print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {long_tokens} new tokens; identical to "
+              f"plain greedy on {identical(len(runs), ties)})")
         print(f"speedup (block_size={B}, {long_tokens} new tokens): plain {t_plain:.2f}s vs dflash {t_spec:.2f}s "
               f"-> {t_plain / t_spec:.2f}x")

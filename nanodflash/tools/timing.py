@@ -16,6 +16,7 @@ import time
 import torch
 
 from ..speculative import generate, speculative_generate
+from .ties import greedy_difference
 
 
 def machine(device):
@@ -72,13 +73,15 @@ def DraftForwardCounter(drafter):
 
 
 def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
-                 decoder=speculative_generate, **kw):
+                 decoder=speculative_generate, ties=None, **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
     speculative run's acceptance lengths (for τ by position, bands.py). `kw`: generate's sampling arguments
     (temperature, top_k, top_p, stop_token_ids). temperature > 0: both sample (prompt i with seed i; the
     speculative side with `verifier`), and the outputs, samples, are not compared. `decoder`: the speculative
-    decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size bound)."""
+    decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size bound).
+    A greedy output that differs raises AssertionError, unless it first differs at a float32 rounding tie
+    (ties.py) and `ties`, a list, is given: it then receives (prompt index, Difference)."""
     t_plain = t_spec = 0.0
     emitted = steps = 0
     temperature = kw.get("temperature", 0.0)
@@ -92,7 +95,11 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
         emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
         if runs is not None:
             runs.append(stats.acceptance_lengths)
-        if temperature == 0 and out != ref:
-            raise AssertionError("speculative greedy output differs from plain greedy decoding")
+        difference = greedy_difference(target, p, ref, out) if temperature == 0 else None
+        if difference is not None:
+            if ties is None or not difference.is_tie:
+                raise AssertionError(f"speculative greedy output differs from plain greedy decoding on prompt {i}, "
+                                     f"{difference.describe()}")
+            ties.append((i, difference))
         t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
     return t_plain, t_spec, emitted / max(steps, 1)
