@@ -30,6 +30,7 @@ from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, ru
 from nanodflash.data import val_prompts
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
+from nanodflash.tools.ties import greedy_difference
 from nanodflash.tools.timing import side_by_side
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
@@ -212,22 +213,27 @@ def main(argv=None):
 
     # speed: the same prompt REPEATS times, plain and DFlash interleaved, after a warm-up (tools/timing.py)
     ref = generate(target, prompt_ids, args.max_new_tokens, generator=torch.Generator().manual_seed(args.seed), **kw)
-    if args.temperature == 0 and ref != tokens:
-        sys.exit(GREEDY_FAILED)
+    ties = []                                           # differences at a float32 rounding tie (tools/ties.py)
+    first = greedy_difference(target, prompt_ids, ref, tokens) if args.temperature == 0 else None
+    if first is not None and not first.is_tie:
+        sys.exit(f"{GREEDY_FAILED}: {first.describe()}")
     try:
-        side_by_side(target, drafter, [prompt_ids], args.max_new_tokens, decoder=decoder, **spec_kw)
+        side_by_side(target, drafter, [prompt_ids], args.max_new_tokens, decoder=decoder, ties=ties, **spec_kw)
         t_plain, t_spec, _ = side_by_side(target, drafter, [prompt_ids] * REPEATS, args.max_new_tokens,
-                                          decoder=decoder, **spec_kw)
-    except AssertionError:                              # a greedy speculative run differed from plain decoding
-        sys.exit(GREEDY_FAILED)
+                                          decoder=decoder, ties=ties, **spec_kw)
+    except AssertionError as e:                         # a greedy speculative run differed from plain decoding
+        sys.exit(f"{GREEDY_FAILED}: {e}")
     print(f"speed ({REPEATS} runs of this prompt each, plain and DFlash interleaved, after a warm-up; same "
           f"process): plain {t_plain:.2f}s vs DFlash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if args.temperature > 0:
         print("T > 0: the outputs are samples; lossless means the same distribution (checked by the tests), "
               "not the same tokens")
-    else:
+    elif first is None and not ties:
         print(f"greedy self-check: DFlash output is token-identical to plain greedy decoding "
               f"({len(tokens)} tokens, {2 + REPEATS} runs): PASS")
+    else:                                               # plain and block forwards rounded a tie apart
+        print(f"greedy self-check: DFlash output equals plain greedy decoding up to a float32 rounding tie, at "
+              f"{(first or ties[0][1]).describe()} (docs/design.md §1.6, lossless in floating point): PASS")
 
 
 if __name__ == "__main__":
