@@ -1,14 +1,15 @@
 # Two commands do everything, set-up included:
-#   make demo   trains tokenizer -> target -> drafter on the embedded corpus, then samples with DFlash
-#   make test   runs the test suite on both cores (unit tests, losslessness, scripts, notebooks, conformance
-#               with transformers + the official dflash package, which only the tests install)
-# Both create a local virtual environment in .venv on first use.
+#   make demo        trains tokenizer -> target -> drafter on the embedded corpus, then samples with DFlash
+#   make test        runs the test suite on both cores (unit tests, losslessness, scripts, notebooks, conformance
+#                    with transformers + the official dflash package, which only the tests install)
+#   make notebooks   opens the notebooks in Jupyter (after make demo: they read out/)
+# Each creates a local virtual environment in .venv on first use; demo installs only what it needs.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test smoke clean
+.PHONY: demo test notebooks smoke clean
 
 $(BIN)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,10 @@ $(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
 
 test: $(BIN)/.test-installed
 	$(BIN)/python -m pytest -q -n 2 tests
+
+notebooks: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet notebook matplotlib==3.11.2
+	$(BIN)/jupyter notebook notebooks/
 
 smoke: $(BIN)/.installed
 	$(BIN)/python train_tiny.py --smoke --out out_smoke

@@ -46,7 +46,7 @@ VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
 N_LAYER, N_EMBD, N_HEAD = 12, 128, 4   # deep, narrow: verifying a block costs little more than one forward
 SEQ_LEN = 128            # training window of the target
-TARGET_STEPS, TARGET_BATCH, TARGET_LR = 250, 16, 2e-3
+TARGET_STEPS, TARGET_BATCH, TARGET_LR = 300, 16, 2e-3
 # target-generated data for the drafter
 N_SEQS, PROMPT_LEN, GEN_LEN = 1536, 16, 96   # short sequences: corpus prompt + the target's continuation
 LONG_SEQS, LONG_GEN_LEN = 96, 480    # long ones (0 = none), so the drafter also learns late positions
