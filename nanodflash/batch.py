@@ -121,7 +121,7 @@ class _Batch:
         self.emit([[t] for t in next_token(logits[:, -1].cpu(), *self.sampling, self.generator).tolist()])
 
 
-@torch.inference_mode()        # as speculative.generate: the cache stays inside the call
+@torch.no_grad()
 def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None, stop_token_ids=None,
                    generator=None):
     """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per prompt."""

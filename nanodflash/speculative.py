@@ -89,7 +89,7 @@ def first_stop(tokens, stops):
     return len(tokens)
 
 
-@torch.inference_mode()        # faster than no_grad; its cache never leaves the call (speculative_generate's do)
+@torch.no_grad()
 def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              stop_token_ids=None, generator=None):
     """Plain decoding with the KV cache: one target forward per generated token."""
