@@ -9,8 +9,8 @@ argmax to within rounding. A broken decoder differs where the target clearly pre
     d.position, d.tokens, d.gap, d.is_tie                # first differing new token, (ref's, out's), logit gap
 
 `gap` is |logit(ref's token) - logit(out's token)| at that position, computed in float64 on the same
-context, and `is_tie` says gap < TIE. For example, a 12-layer target once put tokens 44 and 41 at logits
-8.019147 and 8.019148 (float32; 6.6e-7 apart in float64): plain decoding took 44, the verifier 41.
+context, and `is_tie` says gap < TIE. For example, on one 12-layer target plain decoding took token 44 and the
+verifier 41, at float32 logits 8.0191479 and 8.0191488 (6.6e-7 apart in float64, in the other order).
 """
 
 import copy
@@ -30,6 +30,8 @@ class Difference:
 
     def describe(self):
         kind = "a float32 rounding tie" if self.is_tie else "NOT a tie: the decoder is not lossless"
+        if self.tokens == (None, None):
+            return f"new token {self.position + 1}: one output ends there and the other does not ({kind})"
         return (f"new token {self.position + 1}: plain {self.tokens[0]} vs speculative {self.tokens[1]}, "
                 f"target logits {self.gap:.1e} apart in float64 ({kind})")
 
