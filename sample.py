@@ -212,9 +212,9 @@ def main(argv=None):
         print(bars(Counter(stats.block_sizes)))
 
     # speed: the same prompt REPEATS times, plain and DFlash interleaved, after a warm-up (tools/timing.py)
-    ref = generate(target, prompt_ids, args.max_new_tokens, generator=torch.Generator().manual_seed(args.seed), **kw)
-    ties = []                                           # differences at a float32 rounding tie (tools/ties.py)
-    first = greedy_difference(target, prompt_ids, ref, tokens) if args.temperature == 0 else None
+    first, ties = None, []                              # differences at a float32 rounding tie (tools/ties.py)
+    if args.temperature == 0:                           # the run shown above, against plain greedy decoding
+        first = greedy_difference(target, prompt_ids, generate(target, prompt_ids, args.max_new_tokens, **kw), tokens)
     if first is not None and not first.is_tie:
         sys.exit(f"{GREEDY_FAILED}: {first.describe()}")
     try:

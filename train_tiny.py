@@ -72,8 +72,8 @@ SEED = 1337
 
 # --full: the longer recipe, a deeper, better-trained target and drafter for more minutes (docs/experiments.md);
 # each flag left at its default takes the value here
-FULL = dict(n_layer=24, target_layer_ids="1,11,21", target_steps=700, target_batch=16, n_seqs=3072, long_seqs=347, draft_steps=2000,
-            eval_long_prompts=16)
+FULL = dict(n_layer=24, target_layer_ids="1,11,21", target_steps=700, target_batch=16, n_seqs=3072, long_seqs=347,
+            draft_steps=2000, eval_long_prompts=16)
 
 # --smoke: the same pipeline at toy sizes (each flag left at its default takes the value here)
 SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_steps=30, target_batch=8,

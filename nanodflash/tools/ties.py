@@ -42,8 +42,9 @@ def greedy_difference(target, prompt, ref, out):
     how they first differ (a Difference). A length difference without a differing token counts as gap inf."""
     if ref == out:
         return None
-    j = next((i for i, (a, b) in enumerate(zip(ref, out)) if a != b), min(len(ref), len(out)))
-    if j == min(len(ref), len(out)):
+    shorter = min(len(ref), len(out))
+    j = next((i for i in range(shorter) if ref[i] != out[i]), shorter)
+    if j == shorter:                                                           # one output is a prefix of the other
         return Difference(j, (None, None), float("inf"), False)
     exact = copy.deepcopy(target).double()
     context = torch.tensor([list(prompt) + list(ref[:j])], device=next(target.parameters()).device)
