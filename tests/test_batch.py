@@ -12,7 +12,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import soft_pair, tiny_drafter
+from conftest import greedy_continuation, soft_pair, tiny_drafter
 from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
 from nanodflash.batch_policy import BatchBlockSize, step_cost
 from nanodflash.sampling import DraftRule, probs_from_logits, sample
@@ -37,7 +37,7 @@ class OracleBatch(SpecBatch):
     def draft(self, T, sizes):
         drafts = []
         for r, n in zip(self.rows, sizes):
-            right = generate(self.target, self.prompts[r] + self.outs[r], n - 1) if n > 1 else []
+            right = greedy_continuation(self.target, self.prompts[r] + self.outs[r], n - 1)
             k = int(torch.randint(0, n, (1,), generator=self.rng))        # 0 .. n-1 right drafts
             if int(torch.randint(0, 3, (1,), generator=self.rng)) == 0:
                 k = n - 1                                                   # a third of the blocks: all right

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nanodflash.tree as tree_mod
-from conftest import MASK_ID, tiny_drafter, tiny_target
+from conftest import MASK_ID, greedy_continuation, tiny_drafter, tiny_target
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import Tree, accept_path, draft_tree, keep_path, tree_mask, tree_speculative_generate, verify_tree
@@ -42,7 +42,7 @@ class OracleTreeDrafter:
 
     def block_logits(self, cache, block):
         n, vocab = block.size(1) - 1, self.target.config.vocab_size
-        right = generate(self.target, cache + [int(block[0, 0])], n)
+        right = greedy_continuation(self.target, cache + [int(block[0, 0])], n)
         k = n if self.n_right is None else self.n_right(self.rng, n)
         logits = torch.zeros(1, n + 1, vocab, dtype=torch.float64)
         for j in range(n):
