@@ -17,8 +17,8 @@ UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecod
 .PHONY: demo test notebooks smoke clean
 
 $(BIN)/.installed: requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv==0.13.9
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv==0.13.9
 	$(UV) -r requirements.txt
 	touch $@
 

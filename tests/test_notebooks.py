@@ -1,15 +1,21 @@
 """The notebooks are product: each one executes top to bottom on a CPU (against smoke checkpoints,
-made once per session), and each is committed with its outputs stripped."""
+made once per session), and each is committed with its outputs stripped.
 
+They run in ipykernel's in-process kernel: the IPython shell a Jupyter kernel runs, magics and inline plots
+included, inside the test process, which has torch imported already (a kernel process per notebook would
+import it again, about 4 s each on 2 cores)."""
+
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-ipykernel_kernelspec = pytest.importorskip("ipykernel.kernelspec")
+inprocess = pytest.importorskip("ipykernel.inprocess.ipkernel")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -18,22 +24,53 @@ CELL_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="session")
-def notebook_env(smoke_out, tmp_path_factory):
-    """Point the notebooks at the smoke checkpoints, and make kernel "python3" this very interpreter.
-
-    A kernelspec named python3 elsewhere on the machine (e.g. ~/.local/share/jupyter) could start a
-    Python without torch; a spec written here, first on JUPYTER_PATH, wins over all of them.
-    Kernels get one OpenMP thread: these models are tiny, and when the test run shares the CPU with
-    other work, several spinning threads per process make one-token forwards ~50x slower.
-    """
-    jupyter_dir = tmp_path_factory.mktemp("jupyter")
-    ipykernel_kernelspec.write_kernel_spec(jupyter_dir / "kernels" / "python3")   # argv[0] = sys.executable
+def shell(smoke_out):
+    """The in-process kernel's shell, with the notebooks pointed at the smoke checkpoints, plots off screen."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NANODFLASH_OUT", str(smoke_out))
-        mp.setenv("JUPYTER_PATH", os.pathsep.join([str(jupyter_dir), os.environ.get("JUPYTER_PATH", "")]))
         mp.setenv("MPLBACKEND", "agg")
-        mp.setenv("OMP_NUM_THREADS", "1")
+        kernel = inprocess.InProcessKernel()
+        kernel.shell.colors = "nocolor"
+        yield kernel.shell
+        kernel.iopub_thread.stop()
+
+
+@contextlib.contextmanager
+def cell_timeout(seconds):
+    """Raise TimeoutError inside a cell that runs longer than `seconds` (a hung cell fails, it does not hang)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"cell still running after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
         yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_notebook(shell, path):
+    """Every code cell of `path` in order, in a fresh namespace, with the notebooks' folder as working directory;
+    the test process's thread count, random state and working directory are put back afterwards."""
+    shell.reset(new_session=True)                  # one shell for every notebook: a clean namespace for each
+    cwd, threads = os.getcwd(), torch.get_num_threads()
+    try:
+        os.chdir(NOTEBOOK_DIR)
+        with torch.random.fork_rng():
+            for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+                if cell.cell_type != "code":
+                    continue
+                with cell_timeout(CELL_TIMEOUT_S):
+                    result = shell.run_cell(cell.source, store_history=False)
+                if not result.success:
+                    error = result.error_in_exec or result.error_before_exec
+                    pytest.fail(f"{path.name}, code cell {i}, raised {error!r}:\n{cell.source}", pytrace=False)
+    finally:
+        shell.reset(new_session=True)
+        os.chdir(cwd)
+        torch.set_num_threads(threads)
+        if "matplotlib.pyplot" in sys.modules:
+            sys.modules["matplotlib.pyplot"].close("all")     # the figures the notebook drew
 
 
 GUIDED_TOURS = ["01_target_and_kv_cache", "02_the_drafter", "03_one_speculative_step", "04_why_lossless",
@@ -47,14 +84,20 @@ def test_every_guided_tour_is_there_and_no_other():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_executes_top_to_bottom(path, notebook_env):
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})   # cwd = notebooks/
-    try:
-        client.execute()
-    except nbclient.exceptions.CellExecutionError as e:
-        pytest.fail(f"{path.name} failed:\n{e}", pytrace=False)
+def test_notebook_executes_top_to_bottom(path, shell):
+    run_notebook(shell, path)
+
+
+def test_a_cell_that_raises_or_hangs_fails_the_notebook_test(shell, tmp_path, monkeypatch):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x / 0")])
+    nbformat.write(nb, tmp_path / "raises.ipynb")
+    with pytest.raises(pytest.fail.Exception, match="code cell 1, raised ZeroDivisionError"):
+        run_notebook(shell, tmp_path / "raises.ipynb")
+    monkeypatch.setattr(sys.modules[__name__], "CELL_TIMEOUT_S", 1)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(30)")]),
+                   tmp_path / "hangs.ipynb")
+    with pytest.raises(pytest.fail.Exception, match="TimeoutError"):
+        run_notebook(shell, tmp_path / "hangs.ipynb")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
