@@ -31,9 +31,8 @@ $(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
 	$(UV) --no-deps dflash==0.1.0
 	touch $@
 
-# Both cores; loadgroup keeps the tests of one xdist_group (a file with a costly module fixture) on one worker.
 test: $(BIN)/.test-installed
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 notebooks: $(BIN)/.installed
 	$(UV) notebook matplotlib==3.11.2

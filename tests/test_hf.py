@@ -15,31 +15,21 @@ import time
 import pytest
 import torch
 
-import nanodflash
-from nanodflash import checkpoint
-from nanodflash.tools import hf
-from nanodflash.tools.baselines import ARDrafter
-from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
-from nanodflash.drafter import Drafter, DrafterConfig
-from nanodflash.sampling import DraftRule
-from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
-from nanodflash.train_drafter import train_drafter
+transformers = pytest.importorskip("transformers", reason="a test dependency: run the README's test command")
+dflash_model = pytest.importorskip("dflash.model", reason="a test dependency: run the README's test command")
 
-# The file's tests run on one xdist worker (make test: --dist loadgroup): it alone imports the official code and
-# builds `pairs`. The import (about 5 s) waits for the first test here, not the collection every worker does.
-pytestmark = pytest.mark.xdist_group("hf")
-transformers = dflash_model = None
+import nanodflash  # noqa: E402
+from nanodflash import checkpoint  # noqa: E402
+from nanodflash.tools import hf  # noqa: E402
+from nanodflash.tools.baselines import ARDrafter  # noqa: E402
+from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter  # noqa: E402
+from nanodflash.drafter import Drafter, DrafterConfig  # noqa: E402
+from nanodflash.sampling import DraftRule  # noqa: E402
+from nanodflash.speculative import generate, speculative_generate  # noqa: E402
+from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer  # noqa: E402
+from nanodflash.train_drafter import train_drafter  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def official_code():
-    global transformers, dflash_model
-    transformers = pytest.importorskip("transformers", reason="a test dependency: run the README's test command")
-    dflash_model = pytest.importorskip("dflash.model", reason="a test dependency: run the README's test command")
-    dflash_model._cuda_time = time.perf_counter     # its timer calls torch.cuda.synchronize(); we run on the CPU
-
-
+dflash_model._cuda_time = time.perf_counter     # its timer calls torch.cuda.synchronize(); we run on the CPU
 HF_FLOAT32_TOL = 1e-5                           # HF's float32 RMSNorm/RoPE inside a float64 model
 
 

@@ -12,7 +12,6 @@ from nanodflash.train_drafter import generate_sequences, train_drafter
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
 WINDOW = 320                                 # max_seq_len of the long-generation target: > 300 new tokens fit
 NEW = WINDOW - len(PROMPTS[0])               # 312: exactly fills the window after the first prompt
-pytestmark = pytest.mark.xdist_group("long_generation")    # one worker trains long_models (make test: loadgroup)
 
 
 def tiny_dflash2(target, seed=1, block_size=16):
