@@ -32,7 +32,7 @@ $(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
 	touch $@
 
 test: $(BIN)/.test-installed
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 notebooks: $(BIN)/.installed
 	$(UV) notebook matplotlib==3.11.2
