@@ -169,9 +169,16 @@ def drafter(target):
 @pytest.fixture(scope="session")
 def smoke_out(tmp_path_factory):
     """Checkpoints from `train_tiny.py --smoke --sampling` (every stage, the sampling drafter's too), made once
-    per test session and shared by every test file."""
+    per test run and shared by every test file. Under xdist both workers share one folder: the first to need it
+    trains it while the other waits on a file lock (tests only read it; they copy it to change anything)."""
+    import os
     import train_tiny
-    out = tmp_path_factory.getbasetemp() / "smoke_checkpoints"
-    if not (out / "drafter_sampling.pt").exists():
-        train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
+    from filelock import FileLock
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                                   # the run's folder, above each worker's own
+    out = root / "smoke_checkpoints"
+    with FileLock(str(root / "smoke_checkpoints.lock")):
+        if not (out / "drafter_sampling.pt").exists():
+            train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     return out
