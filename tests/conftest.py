@@ -57,12 +57,12 @@ def greedy_continuation(target, context, n, lookahead=64):
     if n == 0:
         return []
     runs = _GREEDY_RUNS.setdefault(target, [])
-    for run in runs:
-        if len(run) >= len(context) + n and run[:len(context)] == context:
-            return run[len(context):len(context) + n]
-    extra = max(0, min(lookahead, target.config.max_seq_len - len(context) - n))
-    runs.append(list(context) + generate(target, context, n + extra))
-    return runs[-1][len(context):len(context) + n]
+    run = next((r for r in runs if len(r) >= len(context) + n and r[:len(context)] == context), None)
+    if run is None:
+        extra = max(0, min(lookahead, target.config.max_seq_len - len(context) - n))
+        run = list(context) + generate(target, context, n + extra)
+        runs.append(run)
+    return run[len(context):len(context) + n]
 
 
 class OracleDrafter:
