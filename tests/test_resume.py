@@ -142,16 +142,17 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_real_stop_signal_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path, sig):
+def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
+    """`kill PID` on a real run. Ctrl-C and SIGHUP go to the same handler, and the test above sends each of them
+    (as signals, to its own process); one process per signal here would add an interpreter and torch's import."""
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
     proc = smoke_run_in_training(out)
     try:
-        proc.send_signal(sig)
+        proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, f"expected exit status 130 after {sig.name}, got {proc.returncode}: {err[-500:]}"
+    assert proc.returncode == 130, f"expected exit status 130 after SIGTERM, got {proc.returncode}: {err[-500:]}"
     assert b"Traceback" not in err and b"rerun the same command to resume" in err, f"unclear message: {err[-500:]}"
     saved = torch.load(out / "target.pt.resume", weights_only=False)
     assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the Ctrl-C save should hold the steps done"
