@@ -10,9 +10,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # uv installs into the venv, a few times faster than pip. It reads no pip config, so the wheel folders pip is
 # pointed at (where some machines keep a CPU build of torch) are passed on. The venv has no pip of its own:
-# `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package.
-FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d))
+# `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package. (`=`: pip is asked only when a
+# recipe installs something, not on every make.)
+FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d))
 
 # Bytecode is compiled as modules are first imported, into .venv/pycache, not for every file at install: the
 # demo and the tests import a fraction of torch and transformers (docs/experiments.md, "Minutes of make test").

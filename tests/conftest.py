@@ -1,6 +1,8 @@
 """Tiny seeded models shared by the tests. float64 everywhere, so that batched and one-token
 forwards agree to ~1e-15 and greedy ties cannot flip an argmax by accident."""
 
+import contextlib
+import os
 import types
 import weakref
 
@@ -95,15 +97,27 @@ class OracleDrafter:
         return choose(logits)
 
 
+@contextlib.contextmanager
+def in_process(cwd):
+    """Run something in this test process as if it were its own: in `cwd`, with this process's working
+    directory, thread count and random state put back afterwards."""
+    saved_cwd, saved_threads = os.getcwd(), torch.get_num_threads()
+    try:
+        os.chdir(cwd)
+        with torch.random.fork_rng():
+            yield
+    finally:
+        os.chdir(saved_cwd)
+        torch.set_num_threads(saved_threads)
+
+
 def run_command(*argv, cwd=None):
     """`python ARGV...` run inside this test process (a script of the repository, or `-m module`), returned as
     a subprocess.CompletedProcess would be: exit status, stdout, stderr. As the interpreter does, an uncaught
     exception prints its traceback to stderr and exits 1, and SystemExit(message) prints the message and exits 1.
     In-process, a call costs its work only, not an interpreter start and torch's import (about 2.5 s on 2 cores);
     tests that kill or signal a run use a real subprocess (`smoke_run_in_training`)."""
-    import contextlib
     import io
-    import os
     import runpy
     import subprocess
     import sys
@@ -112,10 +126,9 @@ def run_command(*argv, cwd=None):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     argv = [str(a) for a in argv]
     out, err, status = io.StringIO(), io.StringIO(), 0
-    saved_argv, saved_cwd, saved_threads = sys.argv, os.getcwd(), torch.get_num_threads()
+    saved_argv = sys.argv
     try:
-        os.chdir(cwd or root)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), torch.random.fork_rng(), \
+        with in_process(cwd or root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)   # runpy: -m of an
             try:                                                                            # imported module
@@ -136,8 +149,6 @@ def run_command(*argv, cwd=None):
                 status = 1
     finally:
         sys.argv = saved_argv
-        os.chdir(saved_cwd)
-        torch.set_num_threads(saved_threads)
     return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 

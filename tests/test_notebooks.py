@@ -6,13 +6,13 @@ included, inside the test process, which has torch imported already (a kernel pr
 import it again, about 4 s each on 2 cores)."""
 
 import contextlib
-import os
 import signal
 import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+from conftest import in_process
 
 nbformat = pytest.importorskip("nbformat")
 inprocess = pytest.importorskip("ipykernel.inprocess.ipkernel")
@@ -50,13 +50,11 @@ def cell_timeout(seconds):
 
 
 def run_notebook(shell, path, timeout_s=CELL_TIMEOUT_S):
-    """Every code cell of `path` in order, with the notebooks' folder as working directory; afterwards the shell's
-    namespace is cleared (one shell serves every notebook) and the test process's thread count, random state and
-    working directory are put back."""
-    cwd, threads = os.getcwd(), torch.get_num_threads()
+    """Every code cell of `path` in order, in the notebooks' folder (`in_process` puts the test process's working
+    directory, thread count and random state back); afterwards the shell's namespace is cleared (one shell
+    serves every notebook)."""
     try:
-        os.chdir(NOTEBOOK_DIR)
-        with torch.random.fork_rng():
+        with in_process(NOTEBOOK_DIR):
             for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
                 if cell.cell_type != "code":
                     continue
@@ -67,8 +65,6 @@ def run_notebook(shell, path, timeout_s=CELL_TIMEOUT_S):
                     pytest.fail(f"{path.name}, code cell {i}, raised {error!r}:\n{cell.source}", pytrace=False)
     finally:
         shell.reset(new_session=True)
-        os.chdir(cwd)
-        torch.set_num_threads(threads)
         if "matplotlib.pyplot" in sys.modules:
             sys.modules["matplotlib.pyplot"].close("all")     # the figures the notebook drew
 

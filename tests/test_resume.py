@@ -143,8 +143,10 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
 
 
 def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
-    """`kill PID` on a real run. Ctrl-C and SIGHUP go to the same handler, and the test above sends each of them
-    (as signals, to its own process); one process per signal here would add an interpreter and torch's import."""
+    """`kill PID` on a real run. Ctrl-C and SIGHUP go to the same handler:
+    test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights
+    sends each of the three to its own process; one subprocess per signal here would add an interpreter and
+    torch's import."""
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
     proc = smoke_run_in_training(out)
     try:
@@ -155,7 +157,7 @@ def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_wi
     assert proc.returncode == 130, f"expected exit status 130 after SIGTERM, got {proc.returncode}: {err[-500:]}"
     assert b"Traceback" not in err and b"rerun the same command to resume" in err, f"unclear message: {err[-500:]}"
     saved = torch.load(out / "target.pt.resume", weights_only=False)
-    assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the Ctrl-C save should hold the steps done"
+    assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the SIGTERM save should hold the steps done"
 
 
 def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
