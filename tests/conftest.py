@@ -193,3 +193,14 @@ def smoke_out(tmp_path_factory):
         if not (out / "drafter_sampling.pt").exists():
             train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     return out
+
+
+# Files whose tests take well under a second each run last: the long tests start first, and under xdist the quick
+# ones fill the end, so neither core sits idle while the other finishes a long test (docs/experiments.md).
+QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py", "test_greedy_ties.py",
+               "test_layout.py", "test_readme_errors.py", "test_sampling_transform.py", "test_tokenizer.py",
+               "test_verify.py"}
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name in QUICK_FILES)       # stable: each group keeps its order

@@ -234,8 +234,11 @@ def sampling_models():
     return target, d
 
 
-@pytest.mark.parametrize("verifier", ["match", "rejection"])
-@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, None, 0.9)])
+# match drafts the selector's walk and never reads q: one plain case here, one with top-k and top-p in
+# test_sampling_kinds.py; rejection reads q: plain, and with top-p here, with top-k (and both) there.
+@pytest.mark.parametrize("temperature,top_k,top_p,verifier", [(1.0, None, None, "match"),
+                                                              (1.0, None, None, "rejection"),
+                                                              (0.7, None, 0.9, "rejection")])
 def test_sampled_speculative_with_the_selectors_q_has_exactly_the_targets_distribution(sampling_models, verifier,
                                                                                          temperature, top_k, top_p):
     target, d = sampling_models                   # top_k = 2 of 4 tokens: the target often wants a non-candidate

@@ -8,6 +8,7 @@ import torch
 
 import nanodflash
 import train_tiny
+from nanodflash import checkpoint
 from conftest import run_command, smoke_run_in_training, tiny_drafter
 from nanodflash.speculative import generate, speculative_generate
 
@@ -62,11 +63,12 @@ def test_truncated_checkpoint_is_reported_as_corrupt(smoke_out, tmp_path):
 
 
 def test_drafter_trained_against_another_target_is_refused(smoke_out, tmp_path):
-    other = tmp_path / "other"
-    train_tiny.main(["--smoke", "--out", str(other), "--seed", "7"])
     mixed = tmp_path / "mixed"
     shutil.copytree(smoke_out, mixed)
-    shutil.copy(other / "drafter.pt", mixed / "drafter.pt")
+    _, target, drafter = nanodflash.load(str(smoke_out))
+    torch.manual_seed(7)
+    other = type(target)(target.config)                            # same shape, other weights: another target
+    checkpoint.save_drafter(str(mixed / "drafter.pt"), type(drafter)(drafter.config, other))
     with pytest.raises(ValueError, match="trained against target"):
         nanodflash.load(str(mixed))
 
@@ -109,9 +111,9 @@ def test_device_cuda_without_cuda_is_a_clear_error(tmp_path):
     assert r.returncode != 0 and "CUDA is not available" in r.stderr, r.stderr[-300:]
 
 
-def test_interrupted_training_resumes_from_the_last_complete_stage(tmp_path):
+def test_interrupted_training_resumes_from_the_last_complete_stage(smoke_out, tmp_path):
     out = tmp_path / "run"
-    train_tiny.main(["--smoke", "--out", str(out)])
+    shutil.copytree(smoke_out, out)                                 # a finished --smoke run
     target_before = (out / "target.pt").read_bytes()
     os.remove(out / "drafter.pt")                                 # as if killed during the drafter stage ...
     (out / "drafter.pt.tmp").write_bytes(b"half a checkpoint")      # ... while writing its checkpoint
@@ -130,7 +132,7 @@ def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
     proc.kill()
     proc.wait()
     assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
-    r = run_train_tiny("--smoke", "--out", str(out))
+    r = run_train_tiny("--smoke", "--out", str(out), "--target_steps", "2", "--draft_steps", "1")   # a short rerun
     assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"
 
 

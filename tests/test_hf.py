@@ -39,7 +39,8 @@ def pairs(tmp_path_factory):
     a DFlash and a DFlash 2 drafter trained at block size 16, each in a run folder like train_tiny.py's."""
     import train_tiny
     base = tmp_path_factory.mktemp("run_base")
-    train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64", "--draft_steps", "1"])
+    train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64", "--draft_steps", "1",
+                     "--eval_prompts", "1", "--eval_long_tokens", "0"])            # a short summary: not used here
     tok, target, _ = nanodflash.load(str(base))
     data = checkpoint.read(str(base / checkpoint.DATA), "data")
     runs = {}

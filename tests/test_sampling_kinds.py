@@ -44,9 +44,10 @@ def make(kind, target):
     return PromptLookupDrafter(target, n_draft=3, max_ngram=1)      # copies: q = softmax(one-hot logits / T)
 
 
-# rejection is where q matters: the selector's q with top-k, top-p and both; one setting per other kind.
-# match drafts the argmax (q unused), and test_sampling_exact.py covers its transforms; one run here.
-CASES = ([(SELECTOR, "rejection", *c) for c in [(0.7, 2, None), (0.8, None, 0.9), (1.0, 2, 0.9)]]
+# rejection is where q matters: the selector's q with top-k, and with top-k and top-p together (top-p alone:
+# test_dflash2.py); one setting per other kind. match drafts without q, and test_sampling_exact.py covers its
+# transforms; one run here.
+CASES = ([(SELECTOR, "rejection", *c) for c in [(0.7, 2, None), (1.0, 2, 0.9)]]
          + [(SELECTOR, "match", 1.0, 2, 0.9)]
          + [(k, "rejection", 0.8, 2, 0.9) for k in ("ar", "nofeat", "prompt lookup")])
 
