@@ -6,6 +6,7 @@ Everything runs in float64. HF computes RMSNorm and RoPE angles in float32 even 
 compute the angles as it does), so logits agree to ~1e-7, not to 1e-15; the tolerance below says so.
 """
 
+import importlib.util
 import json
 import os
 import random
@@ -15,21 +16,32 @@ import time
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="a test dependency: run the README's test command")
-dflash_model = pytest.importorskip("dflash.model", reason="a test dependency: run the README's test command")
+import nanodflash
+from nanodflash import checkpoint
+from nanodflash.tools import hf
+from nanodflash.tools.baselines import ARDrafter
+from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
+from nanodflash.drafter import Drafter, DrafterConfig
+from nanodflash.sampling import DraftRule
+from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
+from nanodflash.train_drafter import train_drafter
 
-import nanodflash  # noqa: E402
-from nanodflash import checkpoint  # noqa: E402
-from nanodflash.tools import hf  # noqa: E402
-from nanodflash.tools.baselines import ARDrafter  # noqa: E402
-from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter  # noqa: E402
-from nanodflash.drafter import Drafter, DrafterConfig  # noqa: E402
-from nanodflash.sampling import DraftRule  # noqa: E402
-from nanodflash.speculative import generate, speculative_generate  # noqa: E402
-from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer  # noqa: E402
-from nanodflash.train_drafter import train_drafter  # noqa: E402
+if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
+    pytest.skip("transformers and dflash are test dependencies: run the README's test command", allow_module_level=True)
+transformers = dflash_model = None                  # the official code, imported by `official_code` below
 
-dflash_model._cuda_time = time.perf_counter     # its timer calls torch.cuda.synchronize(); we run on the CPU
+
+@pytest.fixture(scope="module", autouse=True)
+def official_code():
+    """transformers and the official dflash package, imported when this file's first test runs rather than when
+    pytest collects it (about 4.5 s on 2 cores, which an xdist worker running none of these tests need not pay)."""
+    global transformers, dflash_model
+    import transformers
+    import dflash.model as dflash_model
+    dflash_model._cuda_time = time.perf_counter     # its timer calls torch.cuda.synchronize(); we run on the CPU
+
+
 HF_FLOAT32_TOL = 1e-5                           # HF's float32 RMSNorm/RoPE inside a float64 model
 
 
