@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from .gpt import Block, KVCache
 from .distill import mix_soft, slot_mean
-from .layers import RMSNorm, rope_cos_sin
+from .layers import RMSNorm, RopeTable
 
 
 def default_target_layer_ids(n_target_layers, n_features):
@@ -155,6 +155,7 @@ class Drafter(nn.Module):
             raise ValueError(f"need block_size >= 2 (an anchor and a draft) and n_layer >= 1, got {c.block_size} "
                              f"and {c.n_layer}")
         object.__setattr__(self, "target", target)    # borrowed, frozen, and NOT one of our parameters
+        self.rope = RopeTable(target.config.max_seq_len + c.block_size, c.head_dim, c.rope_theta)  # + one block
         self.fc = nn.Linear(len(c.target_layer_ids) * c.n_embd, c.n_embd, bias=False)
         self.hidden_norm = RMSNorm(c.n_embd, c.norm_eps)
         self.layers = nn.ModuleList(self.new_layer(c) for _ in range(c.n_layer))
@@ -168,7 +169,7 @@ class Drafter(nn.Module):
         return DrafterLayer(c)
 
     def _rope(self, positions, dtype):
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, dtype)
+        cos, sin = self.rope(positions, dtype)
         return cos.unsqueeze(-3), sin.unsqueeze(-3)          # (..., T, hd) -> (..., 1, T, hd): broadcast over heads
 
     # ---------------- inference: a cache of projected context K/V ----------------

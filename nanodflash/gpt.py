@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn as nn
 
-from .layers import MLP, AttentionProjections, RMSNorm, rope_cos_sin
+from .layers import MLP, AttentionProjections, RMSNorm, RopeTable
 
 
 @dataclass
@@ -90,6 +90,7 @@ class GPT(nn.Module):
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.norm = RMSNorm(config.n_embd, config.norm_eps)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.rope = RopeTable(config.max_seq_len, config.head_dim, config.rope_theta)
         self.apply(self._init_weights)
         for name, p in self.named_parameters():        # GPT-2 style scaled init of residual outputs
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -119,7 +120,7 @@ class GPT(nn.Module):
             positions = torch.arange(start, start + T, device=idx.device)
             if T > 1 and mask is None:      # causal over [cached keys ; new keys]: query i sees keys 0..start+i
                 mask = torch.arange(start + T, device=idx.device)[None, :] <= positions[:, None]   # (T, start+T)
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)  # (..., T, hd)
+        cos, sin = self.rope(positions, x.dtype)                            # (..., T, hd)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]                            # (B, T, hd) -> (B, 1, T, hd): per row
         by_id = {}

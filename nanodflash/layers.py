@@ -33,6 +33,28 @@ def rope_cos_sin(positions, head_dim, theta, dtype):
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+class RopeTable:
+    """rope_cos_sin for positions 0..n-1, computed once per device and dtype on first use, then looked up.
+
+    The same values bit for bit (each angle is computed on its own), for 2 ops instead of 11: at batch 1 a
+    small model's forward is mostly per-op overhead on a CPU. A plain attribute, not a buffer: nothing in the
+    state dict, and nothing to fill for a model built on the meta device.
+
+    >>> cos, sin = RopeTable(512, 16, 10000.0)(torch.tensor([3, 4]), torch.float32)   # (2, 16) each
+    """
+
+    def __init__(self, n, head_dim, theta):
+        self.n, self.head_dim, self.theta, self.tables = n, head_dim, theta, {}
+
+    def __call__(self, positions, dtype):
+        key = (positions.device, dtype)
+        if key not in self.tables:
+            self.tables[key] = rope_cos_sin(torch.arange(self.n, device=positions.device), self.head_dim,
+                                            self.theta, dtype)
+        cos, sin = self.tables[key]
+        return cos[positions], sin[positions]                          # (P..., head_dim) each
+
+
 def apply_rope(x, cos, sin):
     """x: (B, H, T, hd); cos/sin broadcastable to it, e.g. (B, 1, T, hd) or (T, hd)."""
     x1, x2 = x.chunk(2, dim=-1)

@@ -73,3 +73,14 @@ def test_smoke_training_lowers_the_loss():
     before = estimate_loss(model, va, 8, 32, 4)
     hist = train_target(model, tr, va, steps=60, batch_size=8, seq_len=32, lr=3e-3, eval_every=60, log_every=1000)
     assert hist["val_loss"][-1] < before - 0.5, f"val loss {before:.3f} -> {hist['val_loss'][-1]:.3f}: no learning"
+
+
+def test_the_rope_table_looks_up_exactly_what_rope_cos_sin_computes():
+    """Bit for bit, for single positions, ranges, the (rows, T) positions of ragged batches, and float64."""
+    from nanodflash.layers import RopeTable, rope_cos_sin
+    table = RopeTable(512, 16, 10000.0)
+    for positions in (torch.tensor([0]), torch.tensor([511]), torch.arange(37, 101),
+                      torch.tensor([[3, 4, 5], [200, 201, 202]])):
+        for dtype in (torch.float32, torch.float64):
+            for got, want in zip(table(positions, dtype), rope_cos_sin(positions, 16, 10000.0, dtype)):
+                assert got.dtype == dtype and torch.equal(got, want), f"table differs at {positions.tolist()}"
