@@ -7,18 +7,16 @@ enumeration, as in test_sampling_exact.py; a deliberately wrong verifier must fa
 caches hold, row by row, what a fresh batch-1 cache of that row's tokens holds. Bad input names the row.
 """
 
-import itertools
-
 import pytest
 import torch
 
 from conftest import greedy_continuation, soft_pair, tiny_drafter
 from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
 from nanodflash.batch_policy import BatchBlockSize, step_cost
-from nanodflash.sampling import DraftRule, probs_from_logits, sample
+from nanodflash.sampling import DraftRule, sample
 from nanodflash.speculative import generate
 from test_dflash2 import tiny_dflash2
-from test_sampling_exact import chi_square_p_value
+from test_sampling_exact import chi_square_p_value, exact_distribution
 
 PROMPTS = [[3], list(range(10, 50)), [7, 1, 4, 1, 5, 9, 2, 6], [60, 2], list(range(30, 5, -1)), [11] * 13,
            [5, 8, 13, 21, 34], list(range(40, 60))]           # 1 to 40 tokens
@@ -183,19 +181,12 @@ def small():
 EXACT = {}
 
 
-@torch.no_grad()
 def exact(target, prompt, temperature, top_p):
     """{output: probability} under plain sampling from the target, by enumerating all V^H outputs (memoised)."""
     key = (id(target), tuple(prompt), temperature, top_p)
-    if key in EXACT:
-        return EXACT[key]
-    dist = EXACT[key] = {}
-    device = next(target.parameters()).device                         # (test_cuda.py passes a CUDA target)
-    for seq in itertools.product(range(V), repeat=H):
-        logits, _ = target(torch.tensor([prompt + list(seq)], device=device))
-        probs = probs_from_logits(logits[0, len(prompt) - 1: -1].cpu(), temperature, None, top_p)      # (H, V)
-        dist[seq] = float(probs[torch.arange(H), torch.tensor(seq)].prod())
-    return dist
+    if key not in EXACT:
+        EXACT[key] = exact_distribution(target, temperature, None, top_p, prompt)
+    return EXACT[key]
 
 
 def batch_counts(run, seed=0):
