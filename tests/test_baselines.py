@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.tools import baselines, bench, bench_extras
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.sampling import DraftRule
@@ -207,7 +207,7 @@ def test_bench_skips_a_stale_baseline_with_a_warning_instead_of_failing(tmp_path
 
 @pytest.fixture(scope="module")
 def baseline_out(smoke_out, tmp_path_factory):
-    """A copy of the session's smoke checkpoints (conftest), for the baselines to be trained into."""
+    """A copy of the session's smoke checkpoints (conftest.py), for the baselines to be trained into."""
     out = tmp_path_factory.mktemp("baselines")
     for f in ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
         shutil.copy(smoke_out / f, out / f)

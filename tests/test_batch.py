@@ -10,7 +10,7 @@ caches hold, row by row, what a fresh batch-1 cache of that row's tokens holds. 
 import pytest
 import torch
 
-from conftest import greedy_continuation, soft_pair, tiny_drafter
+from helpers import greedy_continuation, soft_pair, tiny_drafter
 from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
 from nanodflash.batch_policy import BatchBlockSize, step_cost
 from nanodflash.sampling import DraftRule, sample

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import nanodflash
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.tools import bench, bench_extras, bench_methods
 from nanodflash.drafter import Drafter
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import nanodflash.block_policy as block_policy
-from conftest import OracleDrafter, tiny_drafter
+from helpers import OracleDrafter, tiny_drafter
 from nanodflash.block_policy import AdaptiveBlockSize
 from nanodflash.speculative import generate, speculative_generate
 from test_sampling_exact import (ALPHA, N_SAMPLES, chi_square_p_value, exact_distribution, models,  # noqa: F401

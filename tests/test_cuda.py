@@ -1,7 +1,7 @@
 """The same claims on CUDA (skipped without a GPU): batch-1 and batched greedy decoding equal plain greedy decoding,
 and batched sampling gives each row the target's distribution.
 
-float64 models, as in conftest.py, so that a batched forward and a one-token forward agree to rounding and greedy
+float64 models, as in helpers.py, so that a batched forward and a one-token forward agree to rounding and greedy
 ties cannot flip an argmax; the sampling check reuses test_batch.py's chi-square against enumeration.
 """
 
@@ -10,7 +10,7 @@ import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
-from conftest import tiny_drafter, tiny_target  # noqa: E402
+from helpers import tiny_drafter, tiny_target  # noqa: E402
 from nanodflash.batch import generate_batch, speculative_generate_batch  # noqa: E402
 from nanodflash.speculative import generate, speculative_generate  # noqa: E402
 from test_batch import PROMPTS, SAMPLE_PROMPTS, H, N, V, assert_target_distribution  # noqa: E402

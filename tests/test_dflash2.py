@@ -4,7 +4,7 @@ train/infer consistency, the selector loss's left-out rule, and lossless decodin
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.dflash2 import CandidateSelector, DFlash2Config, DFlash2Drafter, GroupedDynamicCausalConv
 from nanodflash.drafter import loss_decay_weights
 from nanodflash.sampling import DraftRule

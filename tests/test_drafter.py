@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_drafter
+from helpers import tiny_drafter
 from nanodflash.drafter import default_target_layer_ids, loss_decay_weights, training_mask
 
 

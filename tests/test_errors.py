@@ -9,7 +9,7 @@ import torch
 import nanodflash
 import train_tiny
 from nanodflash import checkpoint
-from conftest import run_command, smoke_run_in_training, tiny_drafter
+from helpers import run_command, smoke_run_in_training, tiny_drafter
 from nanodflash.speculative import generate, speculative_generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

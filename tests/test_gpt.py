@@ -2,7 +2,7 @@
 
 import torch
 
-from conftest import tiny_target
+from helpers import tiny_target
 from nanodflash.data import load_corpus, split_train_val
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.speculative import generate

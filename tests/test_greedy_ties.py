@@ -4,7 +4,7 @@ a difference where the target clearly prefers plain decoding's token is still a 
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.summary import identical
 from nanodflash.tools.ties import TIE, greedy_difference

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import OracleDrafter, tiny_drafter, tiny_target
+from helpers import OracleDrafter, tiny_drafter, tiny_target
 from nanodflash.tools.bands import BANDS, band_counts, format_bands, measure_bands, step_starts, tau_by_band
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.speculative import generate, speculative_generate

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import in_process
+from helpers import in_process
 
 nbformat = pytest.importorskip("nbformat")
 inprocess = pytest.importorskip("ipykernel.inprocess.ipkernel")

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from conftest import tiny_target
+from helpers import tiny_target
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter, lookup
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate

@@ -15,7 +15,7 @@ import torch
 
 import nanodflash
 import train_tiny
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.checkpoint import run_corpus
 from nanodflash.data import check_enough, load_corpus
 from nanodflash.speculative import speculative_generate

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import train_tiny
-from conftest import smoke_run_in_training
+from helpers import smoke_run_in_training
 from nanodflash import resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sample
-from conftest import run_command as run   # `python ARGS...` (a script, or -m module), from cwd
+from helpers import run_command as run   # `python ARGS...` (a script, or -m module), from cwd
 import train_tiny
 from nanodflash import checkpoint
 from nanodflash.tools import bench, hf
@@ -234,7 +234,7 @@ def test_export_names_every_file_it_wrote_includes_the_sampling_drafter_and_leav
 
 
 def test_the_in_process_runner_reports_what_the_interpreter_would(tmp_path):
-    """The command tests above run scripts in-process (conftest.run_command): a traceback, an exit message and
+    """The command tests above run scripts in-process (helpers.run_command): a traceback, an exit message and
     an exit status must come out as they would from `python script.py`, or the claims above prove nothing."""
     script = tmp_path / "script.py"
     for body, status, says in (("raise ValueError('boom')", 1, "Traceback"), ("raise SystemExit('error: no')", 1,

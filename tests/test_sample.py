@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import sample  # noqa: E402
 import train_tiny  # noqa: E402
-from conftest import run_command  # noqa: E402
+from helpers import run_command  # noqa: E402
 from nanodflash.tokenizer import load_tokenizer  # noqa: E402
 
 

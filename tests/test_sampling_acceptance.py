@@ -8,7 +8,7 @@ Check: |accepted - expected| <= 5 standard deviations of the count (a correct ru
 
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.sampling import sample
 from nanodflash.speculative import speculative_generate
 from nanodflash.verify import rejection_verify

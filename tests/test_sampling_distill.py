@@ -5,7 +5,7 @@ greedy/sampled data mixes come out in the asked proportion."""
 
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_targets
 from nanodflash.drafter import loss_decay_weights
 from nanodflash.speculative import generate

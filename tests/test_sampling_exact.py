@@ -18,7 +18,7 @@ import itertools
 import pytest
 import torch
 
-from conftest import soft_pair
+from helpers import soft_pair
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import speculative_generate
 from nanodflash.verify import residual_distribution

@@ -9,7 +9,7 @@ enumeration (p > 1e-4 required), same negative controls there and in test_dflash
 import pytest
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from test_dflash2 import tiny_dflash2, uniform_q

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import OracleDrafter, tiny_drafter, tiny_target
+from helpers import OracleDrafter, tiny_drafter, tiny_target
 from nanodflash.speculative import generate, speculative_generate
 
 BLOCK_SIZES = [1, 2, 4, 8, 16]

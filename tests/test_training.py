@@ -2,7 +2,7 @@
 
 import torch
 
-from conftest import tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.train_drafter import generate_sequences, measure_tau, sample_anchors, slot_accuracy, train_drafter
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nanodflash.tree as tree_mod
-from conftest import MASK_ID, greedy_continuation, tiny_drafter, tiny_target
+from helpers import MASK_ID, greedy_continuation, tiny_drafter, tiny_target
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import Tree, accept_path, draft_tree, keep_path, tree_mask, tree_speculative_generate, verify_tree
