@@ -2,7 +2,7 @@
 
 - RMSNorm: x * rsqrt(mean(x^2) + eps) * weight
 - RoPE in the "rotate-half" convention: the head dimension is split into two halves (x1, x2) and
-  rotated as (x1*cos - x2*sin, x2*cos + x1*sin), frequency base `theta`
+  rotated as (x1*cos - x2*sin, x2*cos + x1*sin), frequency base `theta`; RopeTable computes cos/sin once
 - SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases anywhere
 - attention projections with per-head q_norm / k_norm applied *before* RoPE, optional GQA
 """
