@@ -3,8 +3,14 @@ agree to ~1e-15 and greedy ties cannot flip an argmax by accident; oracle drafte
 scripts (in this process, or as a subprocess to signal or kill). The fixtures and hooks are in conftest.py."""
 
 import contextlib
+import io
 import os
+import runpy
+import subprocess
+import sys
+import traceback
 import types
+import warnings
 import weakref
 
 import torch
@@ -13,6 +19,7 @@ from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.speculative import generate
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
 VOCAB, MASK_ID = 64, 63
 
 
@@ -114,18 +121,11 @@ def run_command(*argv, cwd=None):
     exception prints its traceback to stderr and exits 1, and SystemExit(message) prints the message and exits 1.
     In-process, a call costs its work only, not an interpreter start and torch's import (about 2.5 s on 2 cores);
     tests that kill or signal a run use a real subprocess (`smoke_run_in_training`)."""
-    import io
-    import runpy
-    import subprocess
-    import sys
-    import traceback
-    import warnings
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     argv = [str(a) for a in argv]
     out, err, status = io.StringIO(), io.StringIO(), 0
     saved_argv = sys.argv
     try:
-        with in_process(cwd or root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+        with in_process(cwd or ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 warnings.catch_warnings():
             warnings.filterwarnings("ignore", "'.*' found in sys.modules", RuntimeWarning)   # runpy: -m of an
             try:                                                                            # imported module
@@ -133,7 +133,7 @@ def run_command(*argv, cwd=None):
                     sys.argv = argv[1:]
                     runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
                 else:
-                    sys.argv = [os.path.join(root, argv[0]), *argv[1:]]
+                    sys.argv = [os.path.join(ROOT, argv[0]), *argv[1:]]
                     runpy.run_path(sys.argv[0], run_name="__main__")
             except SystemExit as e:
                 if e.code is None or isinstance(e.code, int):
@@ -152,12 +152,8 @@ def run_command(*argv, cwd=None):
 def smoke_run_in_training(out):
     """`train_tiny.py --smoke` (with a target stage too long to finish) as a subprocess, returned once the
     target is training; the caller stops it (kill, or a signal)."""
-    import os
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, os.path.join(root, "train_tiny.py"), "--smoke", "--out", str(out),
-                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
+                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     for line in proc.stdout:                                          # wait until the target is training
         if b"[target] step" in line:
             break

@@ -2,14 +2,13 @@
 with the DFlash recipe) and the no-feature DFlash ablation (provably blind to the context). Sampled decoding
 with either keeps the target's distribution: test_sampling_kinds.py."""
 
-import os
 import shutil
 import sys
 
 import pytest
 import torch
 
-from helpers import tiny_drafter, tiny_target
+from helpers import ROOT, tiny_drafter, tiny_target
 from nanodflash.tools import baselines, bench, bench_extras
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.sampling import DraftRule
@@ -17,7 +16,6 @@ from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.timing import DraftForwardCounter
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GREEDY = DraftRule(0.0)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import nanodflash
-from helpers import tiny_drafter, tiny_target
+from helpers import ROOT, tiny_drafter, tiny_target
 from nanodflash.tools import bench, bench_extras, bench_methods
 from nanodflash.drafter import Drafter
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
@@ -210,12 +210,11 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
 
 
 def test_no_module_imports_another_modules_private_names():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for folder in ("nanodflash", os.path.join("nanodflash", "tools")):
-        for fname in sorted(os.listdir(os.path.join(root, folder))):
+        for fname in sorted(os.listdir(os.path.join(ROOT, folder))):
             if not fname.endswith(".py"):
                 continue
-            for node in ast.walk(ast.parse(open(os.path.join(root, folder, fname)).read())):
+            for node in ast.walk(ast.parse(open(os.path.join(ROOT, folder, fname)).read())):
                 if isinstance(node, ast.ImportFrom):
                     private = [a.name for a in node.names if a.name.startswith("_")]
                     assert not private, f"{folder}/{fname} imports private {private} from {node.module}"

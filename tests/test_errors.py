@@ -8,11 +8,10 @@ import torch
 
 import nanodflash
 import train_tiny
-from nanodflash import checkpoint
 from helpers import run_command, smoke_run_in_training, tiny_drafter
+from nanodflash import checkpoint
 from nanodflash.speculative import generate, speculative_generate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("kwargs,message", [

@@ -5,6 +5,7 @@ import torch
 from helpers import tiny_target
 from nanodflash.data import load_corpus, split_train_val
 from nanodflash.gpt import GPT, GPTConfig
+from nanodflash.layers import RopeTable, rope_cos_sin
 from nanodflash.speculative import generate
 from nanodflash.train import estimate_loss, train_target
 
@@ -77,7 +78,6 @@ def test_smoke_training_lowers_the_loss():
 
 def test_the_rope_table_looks_up_exactly_what_rope_cos_sin_computes():
     """Bit for bit, for single positions, ranges, the (rows, T) positions of ragged batches, and float64."""
-    from nanodflash.layers import RopeTable, rope_cos_sin
     table = RopeTable(512, 16, 10000.0)
     for positions in (torch.tensor([0]), torch.tensor([511]), torch.arange(37, 101),
                       torch.tensor([[3, 4, 5], [200, 201, 202]])):

@@ -15,13 +15,12 @@ import torch
 
 import nanodflash
 import train_tiny
-from helpers import tiny_drafter, tiny_target
+from helpers import ROOT, tiny_drafter, tiny_target
 from nanodflash.checkpoint import run_corpus
 from nanodflash.data import check_enough, load_corpus
 from nanodflash.speculative import speculative_generate
 from nanodflash.tools.cli import check_device
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the messages that tell a user what is wrong with a run folder: the table must quote each of them
 RUN_FOLDER_MESSAGES = ("no run folder", "an unfinished run", "was made by another run", "which is gone")
 

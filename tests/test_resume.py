@@ -7,7 +7,6 @@ trains. `resume.on_step` is the hook that interrupts a run at a chosen step: wit
 which saves at the end of the step), or with an exception (a kill: nothing is saved at that moment).
 """
 
-import os
 import shutil
 import signal
 
@@ -18,7 +17,6 @@ import train_tiny
 from helpers import smoke_run_in_training
 from nanodflash import resume
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Killed(Exception):

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 import sample
-from helpers import run_command as run   # `python ARGS...` (a script, or -m module), from cwd
+from helpers import ROOT, run_command as run   # `python ARGS...` (a script, or -m module), from cwd
 import train_tiny
 from nanodflash import checkpoint
 from nanodflash.tools import bench, hf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]
 
 

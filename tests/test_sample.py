@@ -1,20 +1,15 @@
 """sample.py: runs end to end on smoke checkpoints, passes its greedy self-check, shows token origins
 faithfully, and fails with a clear message (exit status 1, no traceback) on bad checkpoints or flags."""
 
-import os
 import re
 import shutil
-import sys
 
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-import sample  # noqa: E402
-import train_tiny  # noqa: E402
-from helpers import run_command  # noqa: E402
-from nanodflash.tokenizer import load_tokenizer  # noqa: E402
+import sample
+from helpers import run_command
+from nanodflash.tokenizer import load_tokenizer
 
 
 def run_sample(*args):
