@@ -10,15 +10,17 @@ on smoke-sized pairs; this script is for a real run's checkpoints.
 
 import sys
 import time
+from pathlib import Path
 
 import torch
 import dflash.model as official
 from transformers import Qwen3ForCausalLM
 
-import nanodflash
-from nanodflash import data
-from nanodflash.tools import hf
-from nanodflash.speculative import speculative_generate
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository: `python tests/...` finds nanodflash
+import nanodflash                                               # noqa: E402
+from nanodflash import data                                     # noqa: E402
+from nanodflash.tools import hf                                 # noqa: E402
+from nanodflash.speculative import speculative_generate         # noqa: E402
 
 official._cuda_time = time.perf_counter          # its timer calls torch.cuda.synchronize(); we run on the CPU
 
