@@ -15,7 +15,7 @@ import nanodflash.block_policy as block_policy
 from helpers import OracleDrafter, tiny_drafter
 from nanodflash.block_policy import AdaptiveBlockSize
 from nanodflash.speculative import generate, speculative_generate
-from test_sampling_exact import (ALPHA, N_SAMPLES, chi_square_p_value, exact_distribution, models,  # noqa: F401
+from test_sampling_exact import (ALPHA, N_OTHER_PATHS, chi_square_p_value, exact_distribution, models,  # noqa: F401
                                  speculative_counts)
 from test_speculative import PROMPTS, random_prefix
 
@@ -102,9 +102,10 @@ def test_sampled_output_with_auto_block_size_has_exactly_the_targets_distributio
     monkeypatch.setattr(block_policy, "SLOT_COST", 0.1)
     monkeypatch.setattr(block_policy, "STEP_COST", 1.3)
     exact, sizes = exact_distribution(target, 1.0, None, 0.9), set()
-    counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes)
+    counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes,
+                                   n=N_OTHER_PATHS)
     assert 1 in sizes and len(sizes) >= 3, f"{verifier}: the block size did not vary enough to test: {sorted(sizes)}"
-    p = chi_square_p_value(counts, exact, N_SAMPLES)
+    p = chi_square_p_value(counts, exact, N_OTHER_PATHS)
     assert p > ALPHA, f"{verifier} with block_size='auto': chi-square p={p:.2e} -- not the target's distribution"
 
 

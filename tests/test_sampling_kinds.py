@@ -13,7 +13,7 @@ from helpers import tiny_drafter, tiny_target
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from test_dflash2 import tiny_dflash2, uniform_q
-from test_sampling_exact import ALPHA, V, chi_square_p_value, exact_distribution, speculative_counts
+from test_sampling_exact import ALPHA, N_OTHER_PATHS, V, chi_square_p_value, exact_distribution, speculative_counts
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_sampled_output_has_exactly_the_targets_distribution_for_every_drafter_k
                                                                                     temperature, top_k, top_p):
     drafter = make(kind, target)
     exact = exact_distribution(target, temperature, top_k, top_p)
-    counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p)
+    counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=N_OTHER_PATHS)
     impossible = [s for s in counts if exact[s] == 0]
     assert not impossible, f"{kind} {verifier}: outputs the target can never produce: {impossible[:3]}"
     assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), \
@@ -71,6 +71,6 @@ def test_a_wrong_selector_q_fails_the_same_test_with_top_k_and_top_p_on(target):
     """Negative control with top-k and top-p on: the rejection rule fed a uniform q."""
     drafter = make(SELECTOR, target)
     exact = exact_distribution(target, 1.0, 2, 0.9)
-    counts, _ = speculative_counts(target, drafter, uniform_q, 1.0, 2, 0.9)
+    counts, _ = speculative_counts(target, drafter, uniform_q, 1.0, 2, 0.9, n=N_OTHER_PATHS)
     p = chi_square_p_value(counts, exact, sum(counts.values()))
     assert p < ALPHA, f"the test cannot tell a wrong q from the selector's (p={p:.2e}): it has no power here"
