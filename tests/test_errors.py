@@ -131,7 +131,8 @@ def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
     proc.kill()
     proc.wait()
     assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
-    r = run_train_tiny("--smoke", "--out", str(out), "--target_steps", "2", "--draft_steps", "1")   # a short rerun
+    r = run_train_tiny("--smoke", "--out", str(out), "--target_steps", "2", "--draft_steps", "1",   # a short rerun,
+                       "--eval_prompts", "1", "--eval_long_tokens", "0")                           # short summary
     assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"
 
 
