@@ -42,12 +42,20 @@ def smoke_out(tmp_path_factory):
     return out
 
 
-# Files whose tests take well under a second each run last: the long tests start first, and under xdist the quick
-# ones fill the end, so neither core sits idle while the other finishes a long test (docs/experiments.md).
+# The order the tests are handed out in, for two workers to finish together: the files that take longest
+# (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands each
+# worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would keep it
+# busy while the other idles, and the quick tests fill the end instead (docs/experiments.md).
+SLOW_FILES = {"test_batch.py", "test_bench.py", "test_dflash2.py", "test_hf.py", "test_long_generation.py",
+              "test_notebooks.py", "test_resume.py", "test_sampling_exact.py", "test_sampling_kinds.py",
+              "test_tree.py"}
 QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py", "test_greedy_ties.py",
                "test_layout.py", "test_readme_errors.py", "test_sampling_transform.py", "test_tokenizer.py",
                "test_verify.py"}
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name in QUICK_FILES)       # stable: each group keeps its order
+    def tier(item):
+        return 0 if item.path.name in SLOW_FILES else 2 if item.path.name in QUICK_FILES else 1
+    items.sort(key=tier)                                             # stable: each file keeps its order
+
