@@ -35,6 +35,7 @@ def hot_verifier(x):
 
 
 def generous_verifier(x):
+    """rejection_verify with only its acceptance test changed (u * q < x * p); the residual and bonus stay right."""
     def verify(drafts, q, p, generator):
         n = drafts.numel()
         u = torch.rand(n, generator=generator, dtype=torch.float64)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from helpers import OracleDrafter, tiny_drafter, tiny_target
+from helpers import OracleDrafter, greedy_continuation, tiny_drafter, tiny_target
 from nanodflash.tools.bands import BANDS, band_counts, format_bands, measure_bands, step_starts, tau_by_band
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.speculative import generate, speculative_generate
@@ -34,33 +34,19 @@ def long_models():
     return target, drafters
 
 
-@pytest.fixture(scope="module")
-def plain(long_models):
-    """generate(target, prompt, n), computed once per (prompt, n): every drafter kind is compared with the same."""
-    target, _ = long_models
-    refs = {}
-
-    def reference(prompt, n):
-        if (tuple(prompt), n) not in refs:
-            refs[tuple(prompt), n] = generate(target, prompt, n)
-        return refs[tuple(prompt), n]
-    return reference
-
-
 def random_prefix(rng, n):
     return int(torch.randint(0, n + 1, (1,), generator=rng))
 
 
 @pytest.mark.parametrize("margin", [0, 1])                  # the window filled exactly, and one spare position
 @pytest.mark.parametrize("kind", ["dflash", "dflash2", "oracle_right_for_a_random_prefix"])
-def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the_window(long_models, plain, kind,
-                                                                                        margin):
+def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the_window(long_models, kind, margin):
     target, drafters = long_models
     drafter = drafters.get(kind) or OracleDrafter(target, 16, n_right=random_prefix)
     lengths = []
     for prompt in PROMPTS:
         n = WINDOW - len(prompt) - margin                            # >= 300 new tokens, `margin` spare positions
-        ref = plain(prompt, n)
+        ref = greedy_continuation(target, prompt, n)          # plain greedy, one run shared by every kind
         for block_size in (4, 16):
             out, stats = speculative_generate(target, drafter, prompt, n, block_size=block_size)
             assert out == ref, (f"{kind}, block_size={block_size}, window margin {margin}: speculative output diverged "

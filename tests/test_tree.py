@@ -12,10 +12,10 @@ from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import Tree, accept_path, draft_tree, keep_path, tree_mask, tree_speculative_generate, verify_tree
 from test_dflash2 import tiny_dflash2
-from test_sampling_exact import H, PROMPT, V, chi_square_p_value, exact_distribution
+from test_sampling_exact import H, N_OTHER_PATHS, PROMPT, V, chi_square_p_value, exact_distribution
 
 ALPHA = 1e-4
-N_SAMPLES = 400     # the negative control fails with p ~1e-80 at 600 samples: ample power at 400, fast
+N_SAMPLES = N_OTHER_PATHS   # the tree's plumbing: its negative control fails with p ~1e-80 at 600 samples
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
 
 
