@@ -46,9 +46,9 @@ VOCAB_SIZE = 1024        # BPE vocabulary, including <|endoftext|> and <|mask|>
 # target
 N_LAYER, N_EMBD, N_HEAD = 12, 128, 4   # deep, narrow: verifying a block costs little more than one forward
 SEQ_LEN = 128            # training window of the target
-TARGET_STEPS, TARGET_BATCH, TARGET_LR = 550, 8, 2e-3   # val loss 3.65; 16 x 300, the same minutes: 3.92
+TARGET_STEPS, TARGET_BATCH, TARGET_LR = 480, 8, 2e-3   # val loss 3.85 (550 steps: 3.64, 400: 4.09; docs/experiments.md)
 # target-generated data for the drafter
-N_SEQS, PROMPT_LEN, GEN_LEN = 1536, 16, 96   # short sequences: corpus prompt + the target's continuation
+N_SEQS, PROMPT_LEN, GEN_LEN = 1024, 16, 96   # short sequences: corpus prompt + the target's continuation
 LONG_SEQS, LONG_GEN_LEN = 96, 480    # long ones (0 = none), so the drafter also learns late positions
 GEN_TEMPERATURE = 0.7    # 0 = greedy continuations only; >0: some short ones sampled at it, as users sample
 GEN_GREEDY_FRAC = 0.75   # share of the short continuations kept greedy: sampled τ up, greedy τ nearly unchanged
@@ -59,7 +59,8 @@ DRAFTER = "dflash2"      # dflash2: DFlash + in-block convolutions and a top-K c
 DRAFT_LAYERS, BLOCK_SIZE = 2, 16
 SELECTOR_TOP_K, SELECTOR_RANK, CONV_KERNEL = 16, 64, 2   # DFlash 2 only (docs/design.md)
 TARGET_LAYER_IDS = "1,5,9"     # target layers feeding the drafter: the paper's spread over 1..L-3; "" = the rule itself
-DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 200, 48, 4, 3e-3   # few anchors: the mask grows with their square
+DRAFT_STEPS, DRAFT_BATCH, DRAFT_ANCHORS, DRAFT_LR = 180, 48, 4, 3e-3   # few anchors: the mask grows with their square
+DRAFT_EVALS = 2          # held-out evaluations (per-slot accuracy, τ) while the drafter trains: halfway and at the end
 LONG_BATCH, LONG_ANCHORS = 4, 16   # long sequences per drafter step, and blocks from each
 GAMMA = 2.0              # loss decay exp(-(k-1)/gamma); the paper's 7 suits big drafters, 2 learns faster here
 # sampling drafter: the drafter tuned to the target's distribution on sampled continuations, used when sampling
@@ -188,7 +189,7 @@ def main(argv=None):
             return {**slots, "expected_tau": acc["expected_tau"], "tau": measure_tau(d, prompts[:4], args.eval_new_tokens)}
         draft_hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
                                    args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
-                                   eval_fn=eval_fn, eval_every=max(1, args.draft_steps // 4),
+                                   eval_fn=eval_fn, eval_every=max(1, args.draft_steps // DRAFT_EVALS),
                                    resume=ckpt.resume_path(path["drafter"]), soft_weight=args.soft_weight,
                                    long_seqs=data.get("train_long") if args.long_seqs else None,
                                    long_batch=args.long_batch, long_anchors=args.long_anchors)
