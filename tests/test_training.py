@@ -151,3 +151,13 @@ def test_full_sets_the_longer_recipe_and_its_own_folder_but_explicit_flags_win()
     assert (explicit.draft_steps, explicit.out) == (123, "elsewhere"), "a flag given with --full must win"
     same = train_tiny.parse_args(["--smoke", f"--target_steps={train_tiny.TARGET_STEPS}"])
     assert same.target_steps == train_tiny.TARGET_STEPS, "a flag given at its default value must win over a preset"
+
+
+def test_the_drafter_stage_evaluates_draft_evals_times_evenly_and_last_at_its_final_step(smoke_out):
+    import train_tiny
+    from nanodflash.checkpoint import read
+    steps, n = train_tiny.SMOKE["draft_steps"], train_tiny.DRAFT_EVALS
+    evals = read(str(smoke_out / "drafter.pt"), "drafter")["history"]["eval"]
+    assert [e["step"] for e in evals] == [steps * (i + 1) // n for i in range(n)], \
+        f"held-out evaluations at steps {[e['step'] for e in evals]}, expected {n} evenly spaced, the last at {steps}"
+    assert all({"expected_tau", "tau"} <= set(e) for e in evals), "each evaluation reports expected τ and measured τ"
