@@ -12,10 +12,8 @@ from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import Tree, accept_path, draft_tree, keep_path, tree_mask, tree_speculative_generate, verify_tree
 from test_dflash2 import tiny_dflash2
-from test_sampling_exact import H, N_OTHER_PATHS, PROMPT, V, chi_square_p_value, exact_distribution
+from test_sampling_exact import ALPHA, H, N_OTHER_PATHS, PROMPT, V, chi_square_p_value, exact_distribution
 
-ALPHA = 1e-4
-N_SAMPLES = N_OTHER_PATHS   # the tree's plumbing: its negative control fails with p ~1e-80 at 600 samples
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
 
 
@@ -250,7 +248,7 @@ def small():
     return target, drafters
 
 
-def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_SAMPLES):
+def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS):
     g = torch.Generator().manual_seed(seed)
     counts, lengths = {}, []
     for _ in range(n):
@@ -270,7 +268,7 @@ def test_sampled_tree_decoding_has_exactly_the_targets_distribution(small, kind,
     impossible = [s for s in counts if exact[s] == 0]
     assert not impossible, f"produced outputs the target can never produce: {impossible[:3]}"
     assert any(a > 2 for a in lengths) and any(a == 1 for a in lengths), "deep acceptance and misses must both occur"
-    p = chi_square_p_value(counts, exact, N_SAMPLES)
+    p = chi_square_p_value(counts, exact, N_OTHER_PATHS)
     assert p > ALPHA, f"{kind} T={temperature} top_k={top_k} top_p={top_p}: chi-square p={p:.2e} -- not the target's distribution"
 
 
@@ -291,7 +289,7 @@ def test_a_deliberately_wrong_acceptance_rule_fails_the_same_test(small, monkeyp
     monkeypatch.setattr(tree_mod, "accept_path", resample_on_miss)
     exact = exact_distribution(target, 1.0, None, None)
     counts, _ = tree_counts(target, drafter, 1.0, None, None)
-    p = chi_square_p_value(counts, exact, N_SAMPLES)
+    p = chi_square_p_value(counts, exact, N_OTHER_PATHS)
     assert p < ALPHA, f"the test cannot tell resample_on_miss from the right rule (p={p:.2e}): it has no power"
 
 
