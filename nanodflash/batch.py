@@ -17,29 +17,16 @@ token or max_new_tokens) leaves the batch at the next step, so it costs nothing 
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
+from .dflash2 import greedy_walk
 from .ragged_cache import RaggedKVCache, compact
 from .sampling import next_token
-from .speculative import NO_DRAFTS, SpecStats, check_request, first_stop, verify_block, draft_rule
-
-def _greedy_walk(selector, hidden, logits, anchors):
-    """DFlash 2's greedy selector walk (dflash2.CandidateSelector.transition_table + walk) for R blocks at once:
-    hidden (R, n, D), logits (R, n, V), anchors (R,) -> tokens (R, n)."""
-    unary, cand = selector.candidates(logits)                                                # (R, n, K) each
-    succ = selector.successor_codebook(cand) * selector.hidden_projection(hidden)[:, :, None]   # (R, n, K, r)
-    prev = torch.cat([anchors[:, None, None].expand(-1, 1, cand.size(2)), cand[:, :-1]], 1)  # (R, n, K) predecessors
-    table = unary[:, :, None] + selector.predecessor_codebook(prev) @ succ.transpose(-1, -2)  # (R, n, K, K)
-    table, cand = table.detach().cpu().numpy(), cand.cpu()     # the walk: n tiny steps, cheapest in numpy
-    rows, i, path = np.arange(len(cand)), np.zeros(len(cand), dtype=np.int64), []
-    for t in range(cand.size(1)):                          # slot t: the best candidate after the one chosen before
-        i = table[rows, t, i].argmax(-1)
-        path.append(i)
-    return cand.gather(2, torch.from_numpy(np.stack(path, 1)).view(len(cand), -1, 1))[:, :, 0]   # (R, n)
-
+from .speculative import (NO_DRAFTS, SpecStats, check_request, draft_rule, finished, step_tokens,
+                          verify_block)
+from .verify import greedy_verify
 
 @dataclass
 class BatchStats(SpecStats):
@@ -101,7 +88,7 @@ class _Batch:
             self.outs[r] += tokens
 
     def done(self, r):
-        return len(self.outs[r]) >= self.max_new or self.outs[r][-1] in self.stops
+        return finished(self.outs[r], self.max_new, self.stops)
 
     def drop_finished(self):
         """Remove the finished rows from the batch (and from its caches); False when none is left."""
@@ -159,12 +146,9 @@ class SpecBatch(_Batch):
 
     def extend_context(self, feats, counts):
         """The drafter's context K/V for row r's newest counts[r] verified positions, from feats (R, t, F)."""
-        d = self.drafter
-        h = d.hidden_norm(d.fc(feats[:, : max(counts)]))                                  # (R, t, D)
-        positions, _ = self.dcache.slots(h.size(1))
-        cos, sin = d._rope(positions, h.dtype)                                            # (R, 1, t, hd)
-        for i, layer in enumerate(d.layers):
-            self.dcache.write(i, self.dcache.length, *layer.self_attn.key_value(h, cos, sin))
+        positions, _ = self.dcache.slots(max(counts))                    # (R, t): each row's next positions
+        for i, (k, v) in enumerate(self.drafter.context_kv(feats[:, : max(counts)], positions)):
+            self.dcache.write(i, self.dcache.length, k, v)
         self.dcache.advance(counts)
 
     def flush_context(self):
@@ -177,38 +161,42 @@ class SpecBatch(_Batch):
         """One drafter pass for every row's block [anchor, MASK x (T-1)], row r seeing only its first sizes[r]
         slots (so its drafts are those of a block of sizes[r] alone). Returns per row: drafts and q (or None)."""
         d, R, L, dev = self.drafter, len(self.rows), self.dcache.length, self.device
-        anchors = torch.tensor([self.outs[r][-1] for r in self.rows], device=dev)            # (R,)
-        block = torch.cat([anchors[:, None], torch.full((R, T - 1), d.config.mask_token_id, device=dev)], 1)
-        lens = torch.tensor(self.dcache.lengths, device=dev)
-        sees = torch.cat([torch.arange(L, device=dev) < lens[:, None],                      # (R, L): its context,
-                          torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]], 1)   # its slots
-        cos, sin = d._rope(lens[:, None] + torch.arange(T, device=dev), self.cache.k.dtype)  # (R, 1, T, hd)
-        x = d.target.embed_tokens(block)                                                     # (R, T, D)
-        for i, layer in enumerate(d.layers):
-            x, _, _ = layer(x, self.dcache.k[i, :, :, :L], self.dcache.v[i, :, :, :L], cos, sin, sees[:, None, None])
-        hidden = d.norm(x)[:, 1:]                                                            # (R, T-1, D): draft slots
-        logits = d.target.lm_head(hidden)                                                    # (R, T-1, V)
+        anchors = torch.tensor([self.outs[r][-1] for r in self.rows], device=dev)          # (R,)
+        masks = torch.full((R, T - 1), d.config.mask_token_id, device=dev)
+        x = d.target.embed_tokens(torch.cat([anchors[:, None], masks], 1))                  # (R, T, D)
+        lens = torch.tensor(self.dcache.lengths, device=dev)                                # (R,)
+        cos, sin = d.rope_at(lens[:, None] + torch.arange(T, device=dev), x.dtype)          # (R, 1, T, hd)
+        sees_context = torch.arange(L, device=dev) < lens[:, None]                          # (R, L)
+        sees_slots = torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]   # (R, T)
+        mask = torch.cat([sees_context, sees_slots], 1)[:, None, None]                      # (R, 1, 1, L+T)
+        context = [(k[:, :, :L], v[:, :, :L]) for k, v in zip(self.dcache.k, self.dcache.v)]
+        hidden = d.block_pass(x, cos, sin, context, mask)[:, 1:]                # (R, T-1, D): the draft slots
+        logits = d.target.lm_head(hidden)                                                   # (R, T-1, V)
         selector = getattr(d, "candidate_selector", None)
-        if self.temperature == 0:                                                            # greedy: all rows at once
-            best = logits.argmax(-1) if selector is None else _greedy_walk(selector, hidden, logits, anchors)
+        if self.temperature == 0:                                               # greedy: every row at once
+            if selector is None:
+                best = logits.argmax(-1)                                                    # (R, T-1)
+            else:
+                best = greedy_walk(*selector.transition_table(hidden, logits, anchors))
             return [t[: n - 1] for t, n in zip(best.cpu(), sizes)], [None] * R
-        drafts = []                                                                          # sampling: per row, with
-        for r, n in enumerate(sizes):                                                        # batch 1's functions
+        drafts = []                                         # sampling: row by row, with batch 1's functions
+        for r, n in enumerate(sizes):
             h, lg = hidden[r, : n - 1], logits[r, : n - 1]
             if selector is None or n == 1:
                 drafts.append(self.choose(lg))
-            else:                                                                            # DFlash 2's walk
-                drafts.append(selector.walk(*selector.transition_table(h, lg, int(anchors[r])), self.choose, h, lg))
+            else:                                                                           # DFlash 2's walk
+                table = selector.transition_table(h, lg, int(anchors[r]))
+                drafts.append(selector.walk(*table, self.choose, h, lg))
         return [t for t, _ in drafts], [q for _, q in drafts]
 
     def verify(self, drafts, qs, logits, sizes):
         """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
-        if self.temperature == 0:                                                            # greedy: all rows at once
-            pred = logits.argmax(-1).cpu()                                                   # (R, T)
-            padded = torch.tensor([d.tolist() + [-1] * (pred.size(1) - 1 - d.numel()) for d in drafts],
-                                  dtype=torch.long).view(len(drafts), -1)                   # (R, T-1); -1 never matches
-            n_acc = (padded == pred[:, :-1]).long().cumprod(1).sum(1)                        # (R,)
-            return list(zip(n_acc.tolist(), pred.gather(1, n_acc[:, None])[:, 0].tolist()))
+        if self.temperature == 0:                                               # greedy: every row at once
+            padded = torch.full((len(drafts), logits.size(1) - 1), -1, dtype=torch.long)   # (R, T-1); -1 never
+            for r, dr in enumerate(drafts):                                                 # matches a token
+                padded[r, : dr.numel()] = dr
+            n_acc, bonus = greedy_verify(padded.to(logits.device), logits)                  # (R,) each
+            return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
         return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
@@ -231,8 +219,7 @@ class SpecBatch(_Batch):
             results = self.verify(drafts, qs, logits, sizes)
         new = []
         for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
-            tokens = drafts[i][:n_acc].tolist() + [bonus]
-            new.append(tokens[: min(left[i], first_stop(tokens, self.stops))])             # cut at the limit, a stop
+            new.append(step_tokens(drafts[i][:n_acc].tolist(), bonus, left[i], self.stops))
             st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
         counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
         self.cache.advance(counts)

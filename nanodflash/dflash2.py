@@ -25,6 +25,7 @@ n lookups into that table (docs/design.md §2). Parameter names follow the offic
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -80,6 +81,24 @@ class GroupedDynamicCausalConv(nn.Module):
         return self._convolve(y, w)
 
 
+def greedy_walk(cand, table):
+    """DFlash 2's greedy walk: from the anchor, at each slot the best candidate after the one chosen before.
+
+    cand (n, K) and table (n, K, K) from `CandidateSelector.transition_table` -> tokens (n,); R blocks at once:
+    (R, n, K), (R, n, K, K) -> (R, n). The table holds every score, so the walk is n lookups (cheapest in
+    numpy). Example: with K = 2, table[0] = [[1, 3], [1, 3]] (after the anchor) and table[1] = [[5, 0], [0, 5]],
+    slot 1 takes candidate 1 (score 3), and slot 2 the best after it: candidate 1 again (score 5).
+    """
+    lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+    scores = table.detach().cpu().reshape(-1, n, K, K).numpy()                   # (R, n, K, K)
+    rows, i, path = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
+    for t in range(n):                                 # slot t: the best candidate after the one chosen before
+        i = scores[rows, t, i].argmax(-1)
+        path.append(i)
+    index = torch.from_numpy(np.stack(path, -1) if path else np.zeros((len(scores), 0), dtype=np.int64))
+    return cand.cpu().reshape(-1, n, K).gather(-1, index[..., None])[..., 0].reshape(*lead, n)   # (..., n)
+
+
 class CandidateSelector(nn.Module):
     def __init__(self, vocab_size, dim, rank, top_k):
         super().__init__()
@@ -106,12 +125,14 @@ class CandidateSelector(nn.Module):
     def transition_table(self, hidden, logits, anchor):
         """Inference form for one block: hidden (n, D), logits (n, V) of slots 1..n, anchor id ->
         candidates (n, K) and table (n, K, K): table[t, i, c] = score of candidate c at slot t+1 when the
-        token before it is candidate i of slot t (for the first slot, the anchor: every row i is the same)."""
-        unary, cand = self.candidates(logits)                                    # (n, K), (n, K)
-        succ = self.successor_codebook(cand) * self.hidden_projection(hidden)[:, None]   # (n, K, r): Bk[c] * P h_t
-        prev_ids = torch.cat([cand.new_full((cand.size(1),), anchor), cand[:-1].flatten()])  # (n*K,)
-        prev = self.predecessor_codebook(prev_ids).view_as(succ)                 # (n, K, r): A of each possible prev
-        return cand, unary[:, None, :] + prev @ succ.transpose(1, 2)            # (n, K, r) @ (n, r, K) -> (n, K, K)
+        token before it is candidate i of slot t (for the first slot, the anchor: every row i is the same).
+        R blocks at once: hidden (R, n, D), logits (R, n, V), anchor (R,) ids -> (R, n, K), (R, n, K, K)."""
+        unary, cand = self.candidates(logits)                                        # (..., n, K) each
+        succ = self.successor_codebook(cand) * self.hidden_projection(hidden).unsqueeze(-2)   # (..., n, K, r)
+        first = torch.as_tensor(anchor, device=cand.device)[..., None, None]          # (..., 1, 1)
+        prev_ids = torch.cat([first.expand(*cand.shape[:-2], 1, cand.size(-1)), cand[..., :-1, :]], -2)
+        prev = self.predecessor_codebook(prev_ids)                                   # (..., n, K, r): A[prev]
+        return cand, unary.unsqueeze(-2) + prev @ succ.transpose(-1, -2)             # (..., n, K, K)
 
     def walk(self, cand, table, rule, hidden, logits):
         """Choose one candidate per slot, left to right. rule: a sampling.DraftRule (or any callable: greedy).
@@ -124,16 +145,11 @@ class CandidateSelector(nn.Module):
         more; docs/sampling.md). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its candidates after d_t
         all the same (`scores`). Returns (tokens (n,), q (n, V) or None).
         """
-        cand, table = cand.cpu(), table.detach().cpu()
-        n, K = cand.shape
         temperature = getattr(rule, "temperature", 0.0)
         if temperature == 0 or not getattr(rule, "sample_drafts", False):
-            rows, i = table.numpy(), 0
-            path = []
-            for t in range(n):
-                i = int(rows[t, i].argmax())
-                path.append(i)
-            return cand[torch.arange(n), torch.tensor(path, dtype=torch.long)], None
+            return greedy_walk(cand, table), None
+        cand, table = cand.cpu(), table.detach().cpu()
+        n = cand.size(0)
         u = torch.rand(n, generator=rule.generator, dtype=torch.float64)        # one uniform per slot
         full = logits.detach().to("cpu", torch.float64, copy=True)             # (n, V), filled in slot by slot
         tokens, i = [], 0                                                       # i: the predecessor's candidate

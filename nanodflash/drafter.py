@@ -168,9 +168,28 @@ class Drafter(nn.Module):
     def new_layer(self, c):
         return DrafterLayer(c)
 
-    def _rope(self, positions, dtype):
+    def rope_at(self, positions, dtype):
+        """cos, sin at integer positions (T,) or (N, T) -> (1 or N, 1, T, hd): broadcast over the heads."""
         cos, sin = self.rope(positions, dtype)
-        return cos.unsqueeze(-3), sin.unsqueeze(-3)          # (..., T, hd) -> (..., 1, T, hd): broadcast over heads
+        return cos.unsqueeze(-3), sin.unsqueeze(-3)          # (..., T, hd) -> (..., 1, T, hd)
+
+    # ---------------- the two equations every pass shares: context K/V, and the block pass ----------------
+
+    def context_kv(self, features, positions):
+        """Fused target features -> every layer's context keys/values, [(k, v)] with k, v (N, Hkv, t, hd):
+        h = RMSNorm(fc(features (N, t, F))), then each layer's own W_K, W_V and RoPE at `positions` ((t,) or
+        (N, t)). Training projects a whole sequence at once; inference, the newest verified positions."""
+        h = self.hidden_norm(self.fc(features))                                  # (N, t, D) fused features
+        cos, sin = self.rope_at(positions, h.dtype)
+        return [layer.self_attn.key_value(h, cos, sin) for layer in self.layers]
+
+    def block_pass(self, x, cos, sin, context, mask=None):
+        """The drafter's layers over embedded block slots x (N, T, D) at RoPE cos, sin: layer i attends from
+        the block to [its context K/V context[i] ; the block] (mask (N, 1, T, S+T), or None: all of it)
+        -> final hidden states (N, T, D)."""
+        for layer, (ctx_k, ctx_v) in zip(self.layers, context):
+            x, _, _ = layer(x, ctx_k, ctx_v, cos, sin, mask)
+        return self.norm(x)
 
     # ---------------- inference: a cache of projected context K/V ----------------
 
@@ -196,12 +215,12 @@ class Drafter(nn.Module):
         layer's W_K, W_V and RoPE at the features' own positions (the last t before cache.length)."""
         if not cache.pending:
             return
-        h = self.hidden_norm(self.fc(torch.cat(cache.pending, dim=1)))          # (1, t, D) fused features
+        features = torch.cat(cache.pending, dim=1)                               # (1, t, n_feat*D)
         cache.pending.clear()
-        start = cache.length - h.size(1)
-        cos, sin = self._rope(torch.arange(start, cache.length, device=h.device), h.dtype)
-        for i, layer in enumerate(self.layers):
-            cache.write(i, start, *layer.self_attn.key_value(h, cos, sin))
+        start = cache.length - features.size(1)
+        positions = torch.arange(start, cache.length, device=features.device)
+        for i, (k, v) in enumerate(self.context_kv(features, positions)):
+            cache.write(i, start, k, v)
 
     def block_hidden(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D), one pass.
@@ -209,10 +228,8 @@ class Drafter(nn.Module):
         self.project_context(cache)
         n = cache.length
         x = self.target.embed_tokens(block)                                       # (1, b, D)
-        cos, sin = self._rope(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
-        for i, layer in enumerate(self.layers):
-            x, _, _ = layer(x, cache.k[i, :, :, :n], cache.v[i, :, :, :n], cos, sin, None)
-        return self.norm(x)
+        cos, sin = self.rope_at(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
+        return self.block_pass(x, cos, sin, [(k[:, :, :n], v[:, :, :n]) for k, v in zip(cache.k, cache.v)])
 
     def block_logits(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""
@@ -239,14 +256,10 @@ class Drafter(nn.Module):
         """The training forward up to the final norm: hidden states (N, K, B, D) of every block slot."""
         N, S, _ = features.shape
         K, B = anchors.size(1), self.config.block_size
-        h = self.hidden_norm(self.fc(features))                                  # (N, S, D)
-        x, cos_b, sin_b = self.training_blocks(input_ids, anchors)
-        cos_c, sin_c = self._rope(torch.arange(S, device=x.device), x.dtype)     # (1, S, hd)
+        context = self.context_kv(features, torch.arange(S, device=features.device))   # every position
+        x, cos, sin = self.training_blocks(input_ids, anchors)                   # (N, K*B, D), (N, 1, K*B, hd)
         mask = training_mask(anchors, S, B).unsqueeze(1)                         # (N, 1, K*B, S+K*B)
-        for layer in self.layers:
-            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)             # every context position
-            x, _, _ = layer(x, ctx_k, ctx_v, cos_b, sin_b, mask)
-        return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
+        return self.block_pass(x, cos, sin, context, mask).view(N, K, B, -1)     # (N, K*B, D) -> (N, K, B, D)
 
     def training_blocks(self, input_ids, anchors):
         """The K blocks [x_a, MASK, ..., MASK] of every sequence, embedded: (N, K*B, D), and their RoPE."""
@@ -255,7 +268,7 @@ class Drafter(nn.Module):
         block[:, :, 0] = torch.gather(input_ids, 1, anchors)
         x = self.target.embed_tokens(block).view(N, K * B, -1)                   # (N, K, B, D) -> (N, K*B, D)
         block_pos = (anchors[:, :, None] + torch.arange(B, device=anchors.device)).view(N, K * B)
-        return (x, *self._rope(block_pos, x.dtype))                              # cos, sin: (N, 1, K*B, hd)
+        return (x, *self.rope_at(block_pos, x.dtype))                              # cos, sin: (N, 1, K*B, hd)
 
     def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0.

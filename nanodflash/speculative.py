@@ -89,6 +89,27 @@ def first_stop(tokens, stops):
     return len(tokens)
 
 
+def finished(out, max_new_tokens, stops):
+    """Is a generation done: max_new_tokens emitted, or the last one a stop token?"""
+    return len(out) >= max_new_tokens or out[-1] in stops
+
+
+def step_tokens(accepted, bonus, left, stops):
+    """What one step emits: the accepted drafts and the bonus, cut at the `left` tokens still allowed or right
+    after the first stop token (so a stop can cut the bonus, or drafts, off)."""
+    new = list(accepted) + [bonus]
+    return new[: min(left, first_stop(new, stops))]
+
+
+def prefill(target, drafter, prompt, cache, dcache, sampling, generator):
+    """The prompt (1, P) through the target in one pass; its features at the drafter's layers become the
+    drafter's first context. -> the first generated token, drawn from the target's last position
+    (sampling = (temperature, top_k, top_p))."""
+    logits, feats = target(prompt, cache, layer_ids=drafter.config.target_layer_ids)
+    drafter.extend(dcache, feats, prompt)                                    # the context: the whole prompt
+    return int(next_token(logits[0, -1].cpu(), *sampling, generator))
+
+
 @torch.no_grad()
 def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              stop_token_ids=None, generator=None):
@@ -141,10 +162,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
     stats = SpecStats(target_cache=cache, draft_cache=dcache)
     with stats.timer("prefill_time"):
-        logits, feats = target(prompt, cache, layer_ids=ids)                    # prefill, with features
-        drafter.extend(dcache, feats, prompt)                                    # the context: the whole prompt
-        out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]   # first bonus token
-    while len(out) < max_new_tokens and out[-1] not in stops:
+        out = [prefill(target, drafter, prompt, cache, dcache, (temperature, top_k, top_p), generator)]
+    while not finished(out, max_new_tokens, stops):
         # Drafts may reach the last allowed token, as the official loop does (so the same blocks and the same
         # acceptance lengths); a bonus past the limit is dropped below.
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
@@ -155,11 +174,10 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
         with stats.timer("verify_time"):
             logits, feats = target(block, cache, layer_ids=ids)                  # all b in one target pass
-            n_acc, bonus = verify_block(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p, generator)
-            # The accepted drafts and the bonus, cut at the limit or right after a stop token. The target
-            # cache keeps the anchor and every new token but the last, which is the next step's anchor.
-            new = drafts[:n_acc].tolist() + [bonus]
-            new = new[: min(left, first_stop(new, stops))]
+            n_acc, bonus = verify_block(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p,
+                                        generator)
+            # The target cache keeps the anchor and every new token but the last, the next step's anchor
+            new = step_tokens(drafts[:n_acc].tolist(), bonus, left, stops)
             cache.crop(start + len(new))
         with stats.timer("draft_time"):
             drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])   # verified positions -> context

@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .sampling import probs_from_logits, sample
-from .speculative import SpecStats, check_request, first_stop, next_token
+from .speculative import SpecStats, check_request, finished, prefill, step_tokens
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
-TREE_TEMPERATURE = 0.5  # path scores = log-softmax(drafter scores / this); 0.5 measured best of 2, 1, 0.5, 0.35, 0.25
-                        # (docs/trees.md): the drafter, trained on soft labels, is underconfident for greedy acceptance
+TREE_TEMPERATURE = 0.5  # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 
 
 @dataclass
@@ -192,10 +191,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     dcache = drafter.new_cache(n_max)
     stats = TreeStats(target_cache=cache, draft_cache=dcache)
     with stats.timer("prefill_time"):
-        logits, feats = target(prompt, cache, layer_ids=ids)                   # prefill, with features
-        drafter.extend(dcache, feats, prompt)
-        out = [int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))]
-    while len(out) < max_new_tokens and out[-1] not in stops:
+        out = [prefill(target, drafter, prompt, cache, dcache, (temperature, top_k, top_p), generator)]
+    while not finished(out, max_new_tokens, stops):
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         n_nodes = min(tree_nodes, cache.max_len - start - 1)                  # near the window: a smaller tree
         with stats.timer("draft_time"):
@@ -203,14 +200,12 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         with stats.timer("verify_time"):
             logits, feats = verify_tree(target, cache, tree, ids)             # (N+1, V), one target pass
             path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
-            # the accepted path's drafts and the bonus, cut at the limit or right after a stop token; the
-            # cache keeps the anchor and the accepted drafts, moved into place
-            new = [tree.tokens[i] for i in path[1:]] + [bonus]
-            new = new[: min(left, first_stop(new, stops))]
-            keep = path[: len(new)]
+            new = step_tokens([tree.tokens[i] for i in path[1:]], bonus, left, stops)
+            keep = path[: len(new)]                         # the anchor and the accepted drafts, moved into place
             keep_path(cache, start, keep)
         with stats.timer("draft_time"):
-            drafter.extend(dcache, feats[:, keep], torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device))
+            kept = torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device)   # (1, len(keep))
+            drafter.extend(dcache, feats[:, keep], kept)
         out += new
         stats.tree_nodes.append(len(tree) - 1)
         stats.record(len(tree), len(new), min(len(path) - 1, len(new)))

@@ -22,23 +22,28 @@ from .sampling import sample
 
 
 def accepted_prefix_length(draft_tokens, target_tokens):
-    """Number of leading positions where draft_tokens[i] == target_tokens[i]."""
-    n = draft_tokens.numel()
-    same = (draft_tokens == target_tokens[:n]).long()
-    return int(same.cumprod(0).sum())
+    """Number of leading positions where draft_tokens[i] == target_tokens[i]: (n,) -> a 0-d tensor, or R rows
+    at once, (R, n) -> (R,)."""
+    n = draft_tokens.size(-1)
+    same = (draft_tokens == target_tokens[..., :n]).long()
+    return same.cumprod(-1).sum(-1)
 
 
 def greedy_verify(draft_tokens, target_logits):
-    """draft_tokens (n,), target_logits (n+1, V) -> (n_accepted, next_token)."""
-    pred = target_logits.argmax(-1)                                   # (n+1,)
-    n_acc = accepted_prefix_length(draft_tokens, pred)
-    return n_acc, int(pred[n_acc])
+    """draft_tokens (n,), target_logits (n+1, V) -> (n_accepted, next_token), two ints.
+
+    R blocks at once (batch.py): draft_tokens (R, n), padded with -1 (which matches nothing) where a row has
+    fewer drafts, and target_logits (R, n+1, V) -> (n_accepted (R,), next_token (R,)), two tensors."""
+    pred = target_logits.argmax(-1)                                   # (..., n+1)
+    n_acc = accepted_prefix_length(draft_tokens, pred)               # (...)
+    bonus = pred.gather(-1, n_acc[..., None])[..., 0]                # (...): the target's token after them
+    return (int(n_acc), int(bonus)) if draft_tokens.dim() == 1 else (n_acc, bonus)
 
 
 def match_verify(draft_tokens, target_probs, generator=None):
     """draft_tokens (n,), target_probs (n+1, V) -> (n_accepted, next_token)."""
     y = sample(target_probs, generator)                                # (n+1,) one target sample per position
-    n_acc = accepted_prefix_length(draft_tokens, y)
+    n_acc = int(accepted_prefix_length(draft_tokens, y))
     return n_acc, int(y[n_acc])
 
 
