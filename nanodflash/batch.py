@@ -4,15 +4,17 @@
     outs, stats = speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, ...)
 
 Every row is exactly what batch 1 gives for that prompt alone (speculative.py): token-identical when greedy,
-the target's distribution when sampling (each row is verified with batch 1's rules, verify.py).
+the target's distribution when sampling (each row is verified with batch 1's rules, verify.py). The math is
+batch 1's too: the drafter's context projection and block pass (drafter.py), DFlash 2's walk (dflash2.py) and
+the greedy rule (verify.py) take the batch as a leading dimension. What lives here is only the batching.
 
-The layout is RAGGED: each row keeps its own length, its keys contiguous from column 0 of its cache row, and a
-step writes row r's new keys at columns len_r.. (a scatter), at RoPE positions len_r.., with a mask that hides
-the columns a row has not filled. We chose this over right-aligning the rows behind padding because rows
-accept different numbers of drafts every step: right-alignment would shift every row's whole cache each step
-(or let the padding grow by the rejected drafts), while per-row lengths make rejecting a draft as cheap as at
-batch 1 (a row's length simply does not move past it). The cache is ragged_cache.py. A row that is done (stop
-token or max_new_tokens) leaves the batch at the next step, so it costs nothing from then on.
+The layout is RAGGED: each row keeps its own length, its keys contiguous from column 0 of its cache row, and
+a step writes row r's new keys at columns len_r.. (a scatter), at RoPE positions len_r.., with a mask that
+hides the columns a row has not filled. We chose this over right-aligning the rows behind padding because
+rows accept different numbers of drafts every step: right-alignment would shift every row's whole cache
+each step (or let the padding grow by the rejected drafts), while per-row lengths make rejecting a draft as
+cheap as at batch 1 (a row's length simply does not move past it). The cache is ragged_cache.py. A row that
+is done (stop token or max_new_tokens) leaves the batch at the next step, so it costs nothing from then on.
 """
 
 from dataclasses import dataclass, field
@@ -24,14 +26,15 @@ from .block_policy import block_sizes
 from .dflash2 import greedy_walk
 from .ragged_cache import RaggedKVCache, compact
 from .sampling import next_token
-from .speculative import (NO_DRAFTS, SpecStats, check_request, draft_rule, finished, step_tokens,
-                          verify_block)
+from .speculative import NO_DRAFTS, SpecStats, check_request, draft_rule, finished, step_tokens, verify_block
 from .verify import greedy_verify
+
 
 @dataclass
 class BatchStats(SpecStats):
-    """The batch's steps (block_sizes: each step's block; a row may use fewer slots), forwards, times and caches,
-    plus `rows`: one SpecStats per prompt (its own acceptance lengths and τ), and the batch's size per step."""
+    """The batch's steps (block_sizes: each step's block; a row may use fewer slots), forwards, times and
+    caches, plus `rows`: one SpecStats per prompt (its own acceptance lengths and τ), and the batch's size
+    per step."""
     rows: list = field(default_factory=list)
     batch_rows: list = field(default_factory=list)
 
@@ -46,44 +49,57 @@ class BatchStats(SpecStats):
         return sum(lengths) / len(lengths) if lengths else 0.0
 
 
-class _Batch:
-    """The rows of one batched generation: prompts, outputs, the target's ragged cache; plain batched steps."""
+class PlainBatch:
+    """The rows of one batched generation: prompts, outputs, the target's ragged cache; plain steps."""
 
     def __init__(self, target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
                  layer_ids=None, slack=1):
         if len(prompts) == 0:
             raise ValueError("the batch is empty: give at least one prompt")
+        request = (max_new_tokens, temperature, top_k, top_p, stop_token_ids)
         checked = []
         for i, p in enumerate(prompts):                     # batch 1's checks, the errors naming the row
             try:
-                checked.append(check_request(target, p, max_new_tokens, temperature, top_k, top_p, stop_token_ids))
+                checked.append(check_request(target, p, *request))
             except ValueError as e:
                 raise ValueError(f"prompt {i} of the batch: {e}") from None
         self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
-        self.sampling, self.stops, self.device = (temperature, top_k, top_p), checked[0][1], checked[0][0].device
-        self.prompts, self.outs = [p[0].tolist() for p, _ in checked], [[] for _ in prompts]
+        self.sampling, self.stops = (temperature, top_k, top_p), checked[0][1]
+        self.device = checked[0][0].device
+        self.prompts = [p[0].tolist() for p, _ in checked]
+        self.outs = [[] for _ in prompts]
         self.rows = list(range(len(prompts)))           # the prompt index of every row still in the batch
         self.window = target.config.max_seq_len
         self.max_len = min(self.window, max(map(len, self.prompts)) + max_new_tokens + slack)
-        self.cache = RaggedKVCache(target.config, len(prompts), self.max_len, self.device,
-                                   next(target.parameters()).dtype)
+        dtype = next(target.parameters()).dtype
+        self.cache = RaggedKVCache(target.config, len(prompts), self.max_len, self.device, dtype)
+
+    def anchors(self):
+        """The last token of every row still in the batch: (R,)."""
+        return torch.tensor([self.outs[r][-1] for r in self.rows], device=self.device)
 
     def forward(self, tokens):
-        """tokens (R, t), one row per batch row, at each row's next positions -> logits (R, t, V), features."""
+        """tokens (R, t), one row per batch row, at each row's next positions -> logits (R, t, V), feats."""
         positions, mask = self.cache.slots(tokens.size(1))
         return self.target(tokens, self.cache, layer_ids=self.ids, positions=positions, mask=mask)
 
     def prefill(self):
         """Every prompt in one forward, right-padded to the longest (the padding's keys are never seen)."""
         P = [len(p) for p in self.prompts]
-        logits, feats = self.forward(torch.tensor([p + [0] * (max(P) - len(p)) for p in self.prompts],
-                                                  device=self.device))                   # (R, P_max)
-        self.cache.advance(P)                                                             # lengths = P_r
-        last = logits[torch.arange(len(P), device=self.device), torch.tensor(P, device=self.device) - 1]    # (R, V)
-        self.emit([[t] for t in next_token(last.cpu(), *self.sampling, self.generator).tolist()])
+        padded = torch.tensor([p + [0] * (max(P) - len(p)) for p in self.prompts], device=self.device)
+        logits, feats = self.forward(padded)                                        # (R, P_max, V)
+        self.cache.advance(P)                                                       # lengths = P_r
+        ends = torch.tensor(P, device=self.device) - 1                              # each prompt's last
+        last = logits[torch.arange(len(P), device=self.device), ends]               # (R, V)
+        self.emit_one(last)
         return feats, P
 
-    def emit(self, new):                                   # new[i]: the tokens row i emits this step
+    def emit_one(self, logits):
+        """Every row emits one token drawn from its logits (R, V)."""
+        self.emit([[t] for t in next_token(logits.cpu(), *self.sampling, self.generator).tolist()])
+
+    def emit(self, new):
+        """new[i]: the tokens row i emits this step."""
         for r, tokens in zip(self.rows, new):
             self.outs[r] += tokens
 
@@ -102,38 +118,40 @@ class _Batch:
         self.cache.keep(index)
 
     def plain_step(self):
-        anchors = torch.tensor([[self.outs[r][-1]] for r in self.rows], device=self.device)   # (R, 1)
-        logits, _ = self.forward(anchors)
+        logits, _ = self.forward(self.anchors()[:, None])                           # (R, 1, V)
         self.cache.advance([1] * len(self.rows))
-        self.emit([[t] for t in next_token(logits[:, -1].cpu(), *self.sampling, self.generator).tolist()])
+        self.emit_one(logits[:, -1])
 
 
 @torch.no_grad()
-def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None, stop_token_ids=None,
-                   generator=None):
-    """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per prompt."""
-    batch = _Batch(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator)
+def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+                   stop_token_ids=None, generator=None):
+    """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per
+    prompt."""
+    batch = PlainBatch(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator)
     batch.prefill()
     while batch.drop_finished():
         batch.plain_step()
     return batch.outs
 
 
-class SpecBatch(_Batch):
+class SpecBatch(PlainBatch):
     """A batched DFlash generation: `prefill()`, then `step()` while `drop_finished()` says rows are left."""
 
-    def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
-                 top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
+    def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0,
+                 top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
         B = drafter.config.block_size
-        super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
-                         layer_ids=drafter.config.target_layer_ids, slack=B)
-        self.auto = block_size == "auto"                 # fixed sizes are checked as at batch 1 (block_policy.py)
+        super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
+                         generator, layer_ids=drafter.config.target_layer_ids, slack=B)
+        self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
         self.sizer = BatchBlockSize(B) if self.auto else block_sizes(block_size, B)
-        self.choose = draft_rule(verifier, temperature, generator)                       # argmax, or samples of q
+        self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
-        self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, self.cache.k.dtype)
-        self.pending = []           # features (R, 1, F) of plain steps' positions, projected when drafting resumes
-        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache, draft_cache=self.dcache)
+        dtype = self.cache.k.dtype
+        self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, dtype)
+        self.pending = []       # features (R, 1, F) of plain steps' positions, projected at the next draft
+        self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache,
+                                draft_cache=self.dcache)
 
     def keep(self, index):
         self.cache.keep(index)
@@ -146,85 +164,97 @@ class SpecBatch(_Batch):
 
     def extend_context(self, feats, counts):
         """The drafter's context K/V for row r's newest counts[r] verified positions, from feats (R, t, F)."""
-        positions, _ = self.dcache.slots(max(counts))                    # (R, t): each row's next positions
+        positions, _ = self.dcache.slots(max(counts))                  # (R, t): each row's next positions
         for i, (k, v) in enumerate(self.drafter.context_kv(feats[:, : max(counts)], positions)):
             self.dcache.write(i, self.dcache.length, k, v)
         self.dcache.advance(counts)
 
     def flush_context(self):
-        """Project the plain steps' queued positions (one per row per step, so the same count for every row)."""
+        """Project the plain steps' queued positions (one per row per step: the same count for every row)."""
         if self.pending:
             self.extend_context(torch.cat(self.pending, 1), [len(self.pending)] * len(self.rows))
             self.pending.clear()
 
-    def draft(self, T, sizes):
-        """One drafter pass for every row's block [anchor, MASK x (T-1)], row r seeing only its first sizes[r]
-        slots (so its drafts are those of a block of sizes[r] alone). Returns per row: drafts and q (or None)."""
-        d, R, L, dev = self.drafter, len(self.rows), self.dcache.length, self.device
-        anchors = torch.tensor([self.outs[r][-1] for r in self.rows], device=dev)          # (R,)
-        masks = torch.full((R, T - 1), d.config.mask_token_id, device=dev)
-        x = d.target.embed_tokens(torch.cat([anchors[:, None], masks], 1))                  # (R, T, D)
-        lens = torch.tensor(self.dcache.lengths, device=dev)                                # (R,)
-        cos, sin = d.rope_at(lens[:, None] + torch.arange(T, device=dev), x.dtype)          # (R, 1, T, hd)
-        sees_context = torch.arange(L, device=dev) < lens[:, None]                          # (R, L)
+    def draft_hidden(self, anchors, T, sizes):
+        """The drafter's block pass for every row's block [anchor, MASK x (T-1)] at the row's own positions,
+        row r seeing its own context and only its first sizes[r] slots (so its drafts are those of a block of
+        sizes[r] alone) -> hidden states of the draft slots (R, T-1, D)."""
+        d, dev, L = self.drafter, self.device, self.dcache.length
+        masks = torch.full((len(anchors), T - 1), d.config.mask_token_id, device=dev)
+        x = d.target.embed_tokens(torch.cat([anchors[:, None], masks], 1))           # (R, T, D)
+        lens = torch.tensor(self.dcache.lengths, device=dev)                         # (R,)
+        cos, sin = d.rope_at(lens[:, None] + torch.arange(T, device=dev), x.dtype)   # (R, 1, T, hd)
+        sees_context = torch.arange(L, device=dev) < lens[:, None]                   # (R, L)
         sees_slots = torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]   # (R, T)
-        mask = torch.cat([sees_context, sees_slots], 1)[:, None, None]                      # (R, 1, 1, L+T)
+        mask = torch.cat([sees_context, sees_slots], 1)[:, None, None]               # (R, 1, 1, L+T)
         context = [(k[:, :, :L], v[:, :, :L]) for k, v in zip(self.dcache.k, self.dcache.v)]
-        hidden = d.block_pass(x, cos, sin, context, mask)[:, 1:]                # (R, T-1, D): the draft slots
-        logits = d.target.lm_head(hidden)                                                   # (R, T-1, V)
-        selector = getattr(d, "candidate_selector", None)
-        if self.temperature == 0:                                               # greedy: every row at once
+        return d.block_pass(x, cos, sin, context, mask)[:, 1:]                       # slot 0: the anchor
+
+    def draft(self, T, sizes):
+        """One drafter pass for every row; returns per row its sizes[r]-1 drafts and q (or None)."""
+        anchors = self.anchors()                                                     # (R,)
+        hidden = self.draft_hidden(anchors, T, sizes)                                # (R, T-1, D)
+        logits = self.drafter.target.lm_head(hidden)                                 # (R, T-1, V)
+        selector = getattr(self.drafter, "candidate_selector", None)
+        if self.temperature == 0:                                   # greedy: every row at once
             if selector is None:
-                best = logits.argmax(-1)                                                    # (R, T-1)
+                best = logits.argmax(-1)                                             # (R, T-1)
             else:
                 best = greedy_walk(*selector.transition_table(hidden, logits, anchors))
-            return [t[: n - 1] for t, n in zip(best.cpu(), sizes)], [None] * R
-        drafts = []                                         # sampling: row by row, with batch 1's functions
+            return [t[: n - 1] for t, n in zip(best.cpu(), sizes)], [None] * len(sizes)
+        drafts = []                                                 # sampling: row by row, as at batch 1
         for r, n in enumerate(sizes):
             h, lg = hidden[r, : n - 1], logits[r, : n - 1]
             if selector is None or n == 1:
                 drafts.append(self.choose(lg))
-            else:                                                                           # DFlash 2's walk
+            else:                                                   # DFlash 2's walk
                 table = selector.transition_table(h, lg, int(anchors[r]))
                 drafts.append(selector.walk(*table, self.choose, h, lg))
         return [t for t, _ in drafts], [q for _, q in drafts]
 
     def verify(self, drafts, qs, logits, sizes):
         """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
-        if self.temperature == 0:                                               # greedy: every row at once
-            padded = torch.full((len(drafts), logits.size(1) - 1), -1, dtype=torch.long)   # (R, T-1); -1 never
-            for r, dr in enumerate(drafts):                                                 # matches a token
+        if self.temperature == 0:                                   # greedy: every row at once
+            padded = torch.full((len(drafts), logits.size(1) - 1), -1)   # (R, T-1); -1 matches no token
+            for r, dr in enumerate(drafts):
                 padded[r, : dr.numel()] = dr
-            n_acc, bonus = greedy_verify(padded.to(logits.device), logits)                  # (R,) each
+            n_acc, bonus = greedy_verify(padded.to(logits.device), logits)           # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
         return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
 
+    def block_size(self, left):
+        """This step's block size T, the same for every row (row r uses min(T, left[r] + 1) of it)."""
+        chosen = self.sizer.next_for(len(self.rows)) if self.auto else self.sizer.next()
+        return min(chosen, max(left) + 1, self.window - self.cache.length)
+
     def step(self):
-        """One speculative step for every row: draft, verify in one target pass, keep each row's agreed prefix."""
+        """One speculative step for every row: draft, verify in one target pass, keep each row's agreed
+        prefix."""
         R, st = len(self.rows), self.stats
         left = [self.max_new - len(self.outs[r]) for r in self.rows]
-        T = min(self.sizer.next_for(R) if self.auto else self.sizer.next(), max(left) + 1,
-                self.window - self.cache.length)                                             # one block size ...
-        sizes = [min(T, n + 1) for n in left]              # ... of which row r uses sizes[r] (drafts reach its limit)
+        T = self.block_size(left)
+        sizes = [min(T, n + 1) for n in left]                      # drafts may reach the row's limit
         with st.timer("draft_time"):
             if T > 1:
-                self.flush_context()                        # the context the plain steps before this one queued
+                self.flush_context()                   # the context the plain steps before this one queued
             drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
-        block = torch.tensor([[self.outs[r][-1]] + dr.tolist() + [0] * (T - 1 - dr.numel())   # (R, T): anchor,
-                              for r, dr in zip(self.rows, drafts)], device=self.device)       # drafts, padding
+        block = torch.zeros(R, T, dtype=torch.long)                # (R, T): anchor, drafts, padding
+        block[:, 0] = self.anchors()
+        for r, dr in enumerate(drafts):
+            block[r, 1 : 1 + dr.numel()] = dr
         with st.timer("verify_time"):
-            logits, feats = self.forward(block)                                              # verify every block
+            logits, feats = self.forward(block.to(self.device))                      # verify every block
             results = self.verify(drafts, qs, logits, sizes)
-        new = []
-        for i, (r, (n_acc, bonus)) in enumerate(zip(self.rows, results)):
-            new.append(step_tokens(drafts[i][:n_acc].tolist(), bonus, left[i], self.stops))
-            st.rows[r].record(sizes[i], len(new[-1]), min(n_acc, len(new[-1])))
-        counts = [len(t) for t in new]                     # the anchor and every new token but the last stay cached
+        new = [step_tokens(dr[:n_acc].tolist(), bonus, n, self.stops)
+               for dr, (n_acc, bonus), n in zip(drafts, results, left)]
+        for r, n, tokens, (n_acc, _) in zip(self.rows, sizes, new, results):
+            st.rows[r].record(n, len(tokens), min(n_acc, len(tokens)))
+        counts = [len(t) for t in new]           # the anchor and every new token but the last stay cached ...
         self.cache.advance(counts)
-        with st.timer("draft_time"):                       # ... and become drafter context: now, or at the next
-            if T > 1:                                       # draft after plain steps (a plain step emits 1 per row)
+        with st.timer("draft_time"):             # ... and become drafter context: now, or at the next draft
+            if T > 1:                            # after plain steps (a plain step emits 1 per row)
                 self.extend_context(feats, counts)
             else:
                 self.pending.append(feats[:, :1])
@@ -243,9 +273,10 @@ class SpecBatch(_Batch):
 
 
 @torch.no_grad()
-def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0, top_k=None,
-                               top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
+def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0,
+                               top_k=None, top_p=None, verifier="rejection", stop_token_ids=None,
+                               generator=None):
     """Batched DFlash (or DFlash 2): one drafter pass and one target pass per step for the whole batch.
     Returns (one token list per prompt, BatchStats with per-row acceptance lengths and τ)."""
-    return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p, verifier,
-                     stop_token_ids, generator).run()
+    return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p,
+                     verifier, stop_token_ids, generator).run()

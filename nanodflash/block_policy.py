@@ -5,27 +5,31 @@ Every block slot costs a little more drafter and target work per step (on the re
 The rule estimates, for each draft slot k, the probability a_k that the verifier accepts it given that it
 accepted the slots before it. A step that drafts n tokens then emits on average
 
-    E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs  cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
+    E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs
+    cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
 
-plain decoding steps (STEP_COST: a 1-draft step), and it drafts the n in 1..B-1 that maximises E(n) / cost(n), or
-nothing at all (a plain step, block size 1) when even that n does not pay: a step without drafts costs PLAIN_COST
-(the loop still captures features for the drafter), so drafting pays when E(n) / cost(n) > 1 / PLAIN_COST.
+plain decoding steps (STEP_COST: a 1-draft step), and it drafts the n in 1..B-1 that maximises E(n) / cost(n),
+or nothing at all (a plain step, block size 1) when even that n does not pay: a step without drafts costs
+PLAIN_COST (the loop still captures features for the drafter), so drafting pays when
+E(n) / cost(n) > 1 / PLAIN_COST.
 
 a_k is counted per slot in this generation (accepted at slot k / steps whose verifier reached slot k), recent
 steps weighing more (DECAY), starting from a prior of 0.75. Per slot, because acceptance is not one coin per
-slot: a block whose first drafts were right is more likely right further on, so one pooled rate would undercount
-the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the rate of the
-slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the prior and
-drafting is retried now and then. For example, with the CPU's costs below and the same rate in every slot:
+slot: a block whose first drafts were right is more likely right further on, so one pooled rate would
+undercount the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the
+rate of the slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the
+prior and drafting is retried now and then. For example, with the CPU's costs below and the same rate in
+every slot:
 
-    >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]     # block = anchor + n drafts
+    >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]    # block = anchor + n drafts
     [3, 6, 9, 16]
 
 Lossless whatever it picks: the block size of a step depends only on what the run emitted before it, and every
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-# Costs on the reference CPU (1 thread, the default target); how they are measured: docs/experiments.md
+# Costs on the CPU (1 thread) with the --full run's 24 x 128 target, from the block_policy line of
+# `python -m nanodflash.tools.bench --out out_full` (docs/log.md)
 SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step
 STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify), in plain decoding steps
 PLAIN_COST = 1.0    # a step without drafts inside the loop, in plain decoding steps
@@ -35,15 +39,16 @@ SHRINK = 2.0        # a slot's rate is its counts plus the previous slot's rate 
 
 
 def block_sizes(block_size, max_block_size):
-    """The block size of every step, as one object: `next()` before a step, `update(n_drafts, n_accepted)` after.
+    """The block size of every step, as one object: `next()` before a step,
+    `update(n_drafts, n_accepted)` after.
 
     block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto"."""
     if block_size == "auto":
         return AdaptiveBlockSize(max_block_size)
     B = max_block_size if block_size is None else block_size
     if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
-        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter was "
-                         f"trained with block_size={max_block_size}), got {block_size!r}")
+        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter "
+                         f"was trained with block_size={max_block_size}), got {block_size!r}")
     return FixedBlockSize(int(B))
 
 
@@ -67,23 +72,26 @@ class AdaptiveBlockSize:
         if max_block_size < 2:
             raise ValueError(f"an adaptive block needs a drafter with block_size >= 2, got {max_block_size}")
         self.max_block_size, self.prior = max_block_size, alpha
-        self.slot_cost = SLOT_COST if slot_cost is None else slot_cost      # the module's, as set at call time
+        self.slot_cost = SLOT_COST if slot_cost is None else slot_cost  # the module's, as set at call time
         self.step_cost = STEP_COST if step_cost is None else step_cost
         slots = max_block_size - 1
-        self.accepted = [alpha * PRIOR_WEIGHT] * slots      # decayed counts per draft slot 1..B-1: accepted there,
-        self.reached = [PRIOR_WEIGHT] * slots               # and reached (the verifier looked at it)
+        # decayed counts per draft slot 1..B-1: accepted there, and reached (the verifier looked at it)
+        self.accepted = [alpha * PRIOR_WEIGHT] * slots
+        self.reached = [PRIOR_WEIGHT] * slots
 
     def rates(self):
-        """[a_1, ..., a_{B-1}]: each slot's acceptance given the slots before it were accepted. Slot 1 is reached
-        by every drafting step: its counts alone; a later slot's counts plus SHRINK slots at the previous slot's rate."""
+        """[a_1, ..., a_{B-1}]: each slot's acceptance given the slots before it were accepted. Slot 1 is
+        reached by every drafting step: its counts alone; a later slot's counts plus SHRINK slots at the
+        previous slot's rate."""
         rates = [self.accepted[0] / self.reached[0]]
         for accepted, reached in zip(self.accepted[1:], self.reached[1:]):
             rates.append((accepted + SHRINK * rates[-1]) / (reached + SHRINK))
         return rates
 
     def expected_tokens_by_drafts(self):
-        """[E(0), E(1), ..., E(B-1)], E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_n: tokens emitted on average by a
-        step with n drafts (bonus included); each E(n) is E(n-1) plus P(the first n drafts are all accepted)."""
+        """[E(0), E(1), ..., E(B-1)], E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_n: tokens emitted on average
+        by a step with n drafts (bonus included); each E(n) is E(n-1) plus P(the first n drafts are all
+        accepted)."""
         tokens, survive = [1.0], 1.0
         for a in self.rates():
             survive *= a
@@ -99,8 +107,8 @@ class AdaptiveBlockSize:
         return self.step_cost * (1 + self.slot_cost * (n - 1))
 
     def next(self):
-        """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts) when
-        that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
+        """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts)
+        when that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
         best, best_rate = 0, 1 / PLAIN_COST
         for n, tokens in enumerate(self.expected_tokens_by_drafts()[1:], start=1):
             rate = tokens / self.cost(n)
@@ -114,15 +122,17 @@ class AdaptiveBlockSize:
         self.update_rows([(n_drafts, n_accepted)])
 
     def update_rows(self, pairs):
-        """Count one step of one or more rows, pairs (n_drafts, n_accepted): every count decays once, then each
-        row adds its reached and accepted slots. Rows without drafts add nothing; when no row drafted, the
-        counts relax toward the prior."""
+        """Count one step of one or more rows, pairs (n_drafts, n_accepted): every count decays once, then
+        each row adds its reached and accepted slots. Rows without drafts add nothing; when no row drafted,
+        the counts relax toward the prior."""
         pairs = [(n, a) for n, a in pairs if n > 0]
-        fresh = 0.0 if pairs else 1 - DECAY                     # a step that measured nothing: back toward the prior
+        # a step that measured nothing: back toward the prior
+        fresh = 0.0 if pairs else 1 - DECAY
         for k in range(len(self.reached)):                      # slot k + 1
             self.accepted[k] = DECAY * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
             self.reached[k] = DECAY * self.reached[k] + fresh * PRIOR_WEIGHT
         for n, a in pairs:
-            for k in range(min(a + 1, n)):                      # reached: the accepted ones and the first rejected
+            # reached: the accepted ones and the first rejected
+            for k in range(min(a + 1, n)):
                 self.reached[k] += 1
                 self.accepted[k] += k < a
