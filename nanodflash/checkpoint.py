@@ -1,11 +1,13 @@
 """Checkpoints: written atomically (temp file + rename), read back with clear errors.
 
 A run folder written by `train_tiny.py --out DIR` holds:
-    run.json        {"corpus": {"data": its --data, "sha256"}, "made_by": the tokenizer's record, with "smoke"}
+    run.json        {"corpus": {"data": its --data, "sha256"}, "made_by": the tokenizer's record,
+                    with "smoke"}
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
     target.pt       {"config", "model", "tokenizer", "history", "made_by"}
     data.pt         target-generated sequences the drafter trains on, and "made_by"
-    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"}; kind "dflash" or "dflash2"
+    drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"};
+                    kind "dflash" or "dflash2"
     data_sampled.pt       with --sampling: continuations sampled from the target, and "made_by"
     drafter_sampling.pt   with --sampling: drafter.pt fine-tuned on data_sampled.pt, the same kind of file
 "made_by" records what made the checkpoint: the stage's flags, and hashes of what it was made from (corpus,
@@ -21,14 +23,15 @@ from dataclasses import asdict
 
 import torch
 
+from .data import BUILTIN_CORPORA, corpus_record, load_corpus
 from .dflash2 import DFlash2Drafter
 from .drafter import Drafter
-from .data import BUILTIN_CORPORA, corpus_record, load_corpus
 from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 RUN, TOKENIZER, TARGET, DATA, DRAFTER = "run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
-SAMPLED_DATA, SAMPLING_DRAFTER = "data_sampled.pt", "drafter_sampling.pt"     # made by train_tiny.py --sampling
+# made by train_tiny.py --sampling
+SAMPLED_DATA, SAMPLING_DRAFTER = "data_sampled.pt", "drafter_sampling.pt"
 DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
 TOY_RUN = ("note: this is a smoke-sized run (train_tiny.py --smoke): its τ and speedups are not meaningful; "
            "`python train_tiny.py` trains a default-sized pair")
@@ -63,8 +66,8 @@ def read(path, what, make="python train_tiny.py"):
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:
-        raise ValueError(f"{what} checkpoint {path} is corrupt or truncated ({type(e).__name__}); delete it and "
-                         "rerun train_tiny.py, which redoes that stage") from e
+        raise ValueError(f"{what} checkpoint {path} is corrupt or truncated ({type(e).__name__}); "
+                         "delete it and rerun train_tiny.py, which redoes that stage") from e
 
 
 def save_target(path, target, tokenizer_path, history=None, made_by=None):
@@ -83,7 +86,8 @@ def load_target(path, device="cpu"):
 
 
 def save_drafter(path, drafter, history=None, made_by=None):
-    """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a baseline's."""
+    """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a
+    baseline's."""
     atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": drafter.state_dict(),
                  "target_fingerprint": drafter.target.fingerprint(), "history": history or {},
                  "made_by": made_by or {}}, path)
@@ -100,16 +104,18 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     what = f"{kind} baseline drafter" if kind else "drafter"
     ck = read(path, what, make)
     if ck.get("kind") is None:
-        raise ValueError(f"{what} {path} records no drafter kind: an older nanodflash wrote it; retrain it ({retrain})")
+        raise ValueError(f"{what} {path} records no drafter kind: an older nanodflash wrote it; "
+                         f"retrain it ({retrain})")
     if cls is None and ck.get("kind") not in DRAFTER_KINDS:
-        raise ValueError(f"{path} holds a {ck.get('kind')!r} baseline drafter, not a DFlash or DFlash 2 drafter")
+        raise ValueError(f"{path} holds a {ck.get('kind')!r} baseline drafter, "
+                         "not a DFlash or DFlash 2 drafter")
     if kind is not None and ck.get("kind") != kind:
         raise ValueError(f"{path} holds a {ck.get('kind')!r} drafter, not a {kind!r} baseline")
     cls = cls or DRAFTER_KINDS[ck["kind"]]
     fp = target.fingerprint()
     if ck["target_fingerprint"] != fp:
-        raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, but this target "
-                         f"is {fp}; retrain it ({retrain})")
+        raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, "
+                         f"but this target is {fp}; retrain it ({retrain})")
     drafter = cls(cls.config_class(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
     return drafter.to(device).eval(), ck
@@ -132,22 +138,25 @@ def nearest_run_folder(folder):
         runs = sorted(d for d in os.listdir(parent) if is_run_folder(os.path.join(parent, d)))
     except OSError:
         return None
-    close = difflib.get_close_matches(os.path.basename(os.path.normpath(folder)), runs, n=1, cutoff=0) or [None]
+    close = difflib.get_close_matches(os.path.basename(os.path.normpath(folder)), runs,
+                                      n=1, cutoff=0) or [None]
     return close[0] and os.path.join(os.path.dirname(os.path.normpath(folder)), close[0])
 
 
 def check_run_folder(folder, make="python train_tiny.py"):
-    """Raise FileNotFoundError, one line, when `folder` is no run folder: missing (naming the nearest run folder,
-    if any), not a folder, or without a tokenizer (a run that stopped before its first stage)."""
+    """Raise FileNotFoundError, one line, when `folder` is no run folder: missing (naming the nearest run
+    folder, if any), not a folder, or without a tokenizer (a run that stopped before its first stage)."""
     if not os.path.exists(folder):
         near = nearest_run_folder(folder)
-        raise FileNotFoundError(f"no run folder {folder}: it does not exist" + (
-            f"; the nearest run folder is {near}" if near else "") + f" (train one with `{make} --out {folder}`)")
+        raise FileNotFoundError(f"no run folder {folder}: it does not exist"
+                                + (f"; the nearest run folder is {near}" if near else "")
+                                + f" (train one with `{make} --out {folder}`)")
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder} is a file, not a run folder")
     if not os.path.isfile(os.path.join(folder, TOKENIZER)):
-        raise FileNotFoundError(f"{folder} has no {TOKENIZER}: an unfinished run (it stopped before its first "
-                                f"stage ended); rerun `{make} --out {folder}` with the flags it was started with")
+        raise FileNotFoundError(f"{folder} has no {TOKENIZER}: an unfinished run (it stopped before its "
+                                f"first stage ended); rerun `{make} --out {folder}` with the flags it was "
+                                "started with")
 
 
 def read_run(out_dir):
@@ -181,11 +190,11 @@ def run_corpus(out_dir):
     if data in BUILTIN_CORPORA:
         return data
     if not os.path.isfile(data):
-        raise FileNotFoundError(f"{out_dir} was trained on {data}, which is gone: put it back, or pass --data FILE "
-                                "to take prompts from another text")
+        raise FileNotFoundError(f"{out_dir} was trained on {data}, which is gone: put it back, or pass "
+                                "--data FILE to take prompts from another text")
     if corpus_record(data, load_corpus(data))["sha256"] != sha:
-        raise ValueError(f"{data} changed since {out_dir} was trained on it: put the original back, or pass --data "
-                         "FILE to take prompts from another text")
+        raise ValueError(f"{data} changed since {out_dir} was trained on it: put the original back, "
+                         "or pass --data FILE to take prompts from another text")
     return data
 
 

@@ -17,7 +17,8 @@ import sysconfig
 
 import torch
 
-STDLIB_CHARS = 1_000_000     # the stdlib corpus stops after the first module that reaches this many characters
+# the stdlib corpus stops after the first module that reaches this many characters
+STDLIB_CHARS = 1_000_000
 
 
 def stdlib_corpus(max_chars=STDLIB_CHARS):
@@ -31,8 +32,9 @@ def stdlib_corpus(max_chars=STDLIB_CHARS):
         if n >= max_chars:
             break
     if n < max_chars // 2:
-        raise RuntimeError(f"this Python's standard library sources are missing or small ({n:,} characters of "
-                           ".py files): the default corpus needs them; pass a UTF-8 text file with --data PATH")
+        raise RuntimeError(f"this Python's standard library sources are missing or small ({n:,} characters "
+                           "of .py files): the default corpus needs them; pass a UTF-8 text file with "
+                           "--data PATH")
     return "\n\n".join(parts)
 
 
@@ -53,7 +55,8 @@ DEFAULT_CORPUS = "stdlib"
 def load_corpus(path=None):
     """The corpus text: the embedded default ("stdlib") when path is None, a built-in corpus by name
     ("stdlib" or "pydoc"), or the UTF-8 file at `path`."""
-    if path is None:                     # by name, not via the lookup below: a local file called "stdlib" never wins
+    # by name, not via the lookup below: a local file called "stdlib" never wins
+    if path is None:
         return BUILTIN_CORPORA[DEFAULT_CORPUS]()
     if path in BUILTIN_CORPORA and not os.path.exists(path):
         return BUILTIN_CORPORA[path]()
@@ -94,8 +97,8 @@ def split_train_val(ids, val_every=10, chunk_len=512):
 def check_enough(ids, seq_len, name):
     """Raise a clear error if `ids` cannot hold one training sequence of seq_len + 1 tokens."""
     if ids.numel() < seq_len + 1:
-        raise ValueError(f"the {name} split has {ids.numel()} tokens, fewer than one sequence of {seq_len + 1}; "
-                         "use a larger --data file (or a smaller --seq_len)")
+        raise ValueError(f"the {name} split has {ids.numel()} tokens, fewer than one sequence of "
+                         f"{seq_len + 1}; use a larger --data file (or a smaller --seq_len)")
 
 
 def get_batch(ids, batch_size, seq_len, generator=None, device="cpu"):
@@ -107,14 +110,16 @@ def get_batch(ids, batch_size, seq_len, generator=None, device="cpu"):
 
 
 def window_prompts(val_ids, n, length, seed):
-    """n prompts of `length` tokens at random places of the validation ids (what train_tiny's summary uses)."""
+    """n prompts of `length` tokens at random places of the validation ids (what train_tiny's summary
+    uses)."""
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, val_ids.numel() - length, (n,), generator=g)
     return [val_ids[s: s + length].tolist() for s in starts]
 
 
 def val_prompts(tok, n, length, seed, data=None):
-    """n prompts of `length` tokens from the validation split, each starting right after a newline when one is near."""
+    """n prompts of `length` tokens from the validation split, each starting right after a newline when one
+    is near."""
     ids = torch.tensor(tok.encode_ordinary(load_corpus(data)), dtype=torch.long)
     val = split_train_val(ids)[1]
     if val.numel() < 2 * length:

@@ -34,16 +34,17 @@ def block_soft_targets(soft, anchors, block_size):
     slot 0 has no loss and gets position a's): soft = (probs, ids), each (N, S, m) -> each (N, K, B, m)."""
     probs, ids = soft
     N, K = anchors.shape
-    pos = (anchors[:, :, None] + torch.arange(block_size, device=anchors.device) - 1).clamp_min(0)   # (N, K, B)
-    index = pos.flatten(1)[..., None].expand(-1, -1, probs.size(-1))                                 # (N, K*B, m)
-    picked = [torch.gather(t.to(anchors.device), 1, index).view(N, K, block_size, -1)   # (N, K*B, m) -> (N, K, B, m)
-              for t in (probs, ids.long())]
+    pos = (anchors[:, :, None]
+           + torch.arange(block_size, device=anchors.device) - 1).clamp_min(0)  # (N, K, B)
+    index = pos.flatten(1)[..., None].expand(-1, -1, probs.size(-1))            # (N, K*B, m)
+    picked = [torch.gather(t.to(anchors.device), 1, index).view(N, K, block_size, -1)
+              for t in (probs, ids.long())]                                     # (N, K*B, m) -> (N, K, B, m)
     return picked[0], picked[1]
 
 
 def slot_mean(per_slot, weights, keep=None):
-    """sum_k w_k x_k / sum_k w_k over the slots of per_slot (..., B), weights (B,): the decay-weighted mean every
-    drafter loss takes; `keep` (bool (..., B)) leaves slots out."""
+    """sum_k w_k x_k / sum_k w_k over the slots of per_slot (..., B), weights (B,): the decay-weighted mean
+    every drafter loss takes; `keep` (bool (..., B)) leaves slots out."""
     w = weights.to(per_slot.device).expand_as(per_slot)
     if keep is not None:
         w = w * keep
@@ -53,8 +54,10 @@ def slot_mean(per_slot, weights, keep=None):
 def soft_cross_entropy(scores, target_probs, weights, keep=None):
     """sum_k w_k * (-sum_c p_k(c) log softmax(scores_k)(c)) / sum_k w_k over the slots of (..., B, C).
 
-    target_probs (..., B, C): each row a distribution over the C scores; `keep` (bool (..., B)) leaves slots out."""
-    return slot_mean(-(target_probs * F.log_softmax(scores, dim=-1)).sum(-1), weights, keep)   # CE per slot (..., B)
+    target_probs (..., B, C): each row a distribution over the C scores; `keep` (bool (..., B)) leaves slots
+    out."""
+    return slot_mean(-(target_probs * F.log_softmax(scores, dim=-1)).sum(-1),   # CE per slot (..., B)
+                     weights, keep)
 
 
 def mix_soft(hard, logits, soft, anchors, weights, soft_weight):
@@ -65,7 +68,8 @@ def mix_soft(hard, logits, soft, anchors, weights, soft_weight):
     probs, ids = block_soft_targets(soft, anchors, logits.size(2))                     # (N, K, B, m) each
     probs = (probs / probs.sum(-1, keepdim=True)).to(logits.dtype)
     logp = torch.gather(F.log_softmax(logits, dim=-1), -1, ids)                         # (N, K, B, m)
-    return (1 - soft_weight) * hard + soft_weight * slot_mean(-(probs * logp).sum(-1), weights)   # CE (N, K, B)
+    # -(probs * logp).sum(-1): the cross-entropy per slot, (N, K, B)
+    return (1 - soft_weight) * hard + soft_weight * slot_mean(-(probs * logp).sum(-1), weights)
 
 
 def candidate_soft_targets(cand, probs, ids):

@@ -46,8 +46,9 @@ class KVCache:
 
     def __init__(self, config, batch_size, max_len, device=None, dtype=torch.float32):
         shape = (config.n_layer, batch_size, config.n_kv_head, max_len, config.head_dim)
-        self.k = torch.empty(shape, device=device, dtype=dtype)     # not zeroed: positions >= length are never
-        self.v = torch.empty(shape, device=device, dtype=dtype)     # read, and zeroing 512 positions costs ms
+        # not zeroed: positions >= length are never read, and zeroing 512 positions costs ms
+        self.k = torch.empty(shape, device=device, dtype=dtype)
+        self.v = torch.empty(shape, device=device, dtype=dtype)
         self.max_len, self.length = max_len, 0
 
     def crop(self, n):
@@ -118,11 +119,12 @@ class GPT(nn.Module):
         x = self.embed_tokens(idx)                                          # (B, T, D)
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
-            if T > 1 and mask is None:      # causal over [cached keys ; new keys]: query i sees keys 0..start+i
-                mask = torch.arange(start + T, device=idx.device)[None, :] <= positions[:, None]   # (T, start+T)
+            if T > 1 and mask is None:
+                # (T, start+T), causal over [cached keys ; new keys]: query i sees keys 0..start+i
+                mask = torch.arange(start + T, device=idx.device)[None, :] <= positions[:, None]
         cos, sin = self.rope(positions, x.dtype)                            # (..., T, hd)
         if positions.dim() == 2:
-            cos, sin = cos[:, None], sin[:, None]                            # (B, T, hd) -> (B, 1, T, hd): per row
+            cos, sin = cos[:, None], sin[:, None]                            # -> (B, 1, T, hd): per row
         by_id = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, mask, cache, i, start)
@@ -135,7 +137,8 @@ class GPT(nn.Module):
         if layer_ids is None:
             return logits, None
         if len(self.layers) - 1 in by_id:
-            by_id[len(self.layers) - 1] = x                                  # HF's convention: the last one normed
+            # HF's convention: the last one normed
+            by_id[len(self.layers) - 1] = x
         return logits, torch.cat([by_id[i] for i in layer_ids], dim=-1)       # (B, T, len(ids)*D)
 
     def fingerprint(self):

@@ -27,7 +27,8 @@ def rope_cos_sin(positions, head_dim, theta, dtype):
 
     Computed exactly as Hugging Face computes them (angles and cos/sin in float32, then cast), so an
     exported target gives the same logits in transformers, in float64 too, to rounding of the matmuls."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32)
+                                / head_dim))
     angles = positions.to(torch.float32)[..., None] * inv_freq      # (P..., head_dim/2)
     angles = torch.cat([angles, angles], dim=-1)                     # (P..., head_dim)
     return angles.cos().to(dtype), angles.sin().to(dtype)

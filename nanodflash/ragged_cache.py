@@ -1,8 +1,9 @@
 """The KV cache of a batch whose rows have different lengths (batch.py's layout: ragged rows, not padding).
 
 Each row keeps its keys contiguous from column 0 of its cache row and has its own length. A forward of t new
-tokens per row puts row r's at columns len_r ... len_r + t - 1, at RoPE positions len_r ..., and row r's query i
-sees columns <= len_r + i. A finished row leaves the cache (`keep`), moving at most one other row into its place.
+tokens per row puts row r's at columns len_r ... len_r + t - 1, at RoPE positions len_r ..., and row r's
+query i sees columns <= len_r + i. A finished row leaves the cache (`keep`), moving at most one other row
+into its place.
 """
 
 import torch
@@ -31,8 +32,10 @@ class RaggedKVCache(KVCache):
 
     def __init__(self, config, rows, max_len, device=None, dtype=torch.float32):
         super().__init__(config, rows, max_len, device, dtype)
-        self.k.zero_()                  # unlike at batch 1, columns past a row's length ARE read (masked, weight 0):
-        self.v.zero_()                  # never-written memory may hold NaN, and 0 * NaN is NaN
+        # unlike at batch 1, columns past a row's length ARE read (masked, weight 0): never-written memory
+        # may hold NaN, and 0 * NaN is NaN
+        self.k.zero_()
+        self.v.zero_()
         self.lengths = [0] * rows
 
     def slots(self, t):
@@ -43,7 +46,7 @@ class RaggedKVCache(KVCache):
         return self._pos, (cols[None, None, :] <= self._pos[:, :, None])[:, None]          # (R, 1, t, L+t)
 
     def write(self, layer, start, k, v):
-        if min(self.lengths) == start:                      # every row at the same length: a slice, as at batch 1
+        if min(self.lengths) == start:      # every row at the same length: a slice, as at batch 1
             return super().write(layer, start, k, v)
         index = self._pos[:, None, :, None].expand_as(k)                                   # (R, Hkv, t, hd)
         self.k[layer].scatter_(2, index, k)
@@ -56,9 +59,10 @@ class RaggedKVCache(KVCache):
         self.length = max(self.lengths)
 
     def keep(self, order):
-        """Keep the rows `order` (indices; new row p is old row order[p]): a finished row costs nothing from then
-        on. Only rows that move are copied (moves come from past the new end, see `compact`); then the cache is
-        a view of its first len(order) rows. Copying every row instead costs ~3 forwards at 32 rows."""
+        """Keep the rows `order` (indices; new row p is old row order[p]): a finished row costs nothing from
+        then on. Only rows that move are copied (moves come from past the new end, see `compact`); then
+        the cache is a view of its first len(order) rows. Copying every row instead costs ~3 forwards at
+        32 rows."""
         for p, i in enumerate(order):
             if i != p:
                 self.k[:, p, :, : self.lengths[i]] = self.k[:, i, :, : self.lengths[i]]

@@ -40,7 +40,8 @@ from .checkpoint import atomic_save
 
 RESUME_EVERY_S = 45.0   # seconds of training at most lost to a kill; each save costs well under a second
 on_step = None          # test hook: on_step(stage, steps_done) after every step, before the save check
-# the signals that save and stop a stage: Ctrl-C, `kill` and a closed terminal (SIGHUP does not exist on Windows)
+# the signals that save and stop a stage: Ctrl-C, `kill` and a closed terminal
+# (SIGHUP does not exist on Windows)
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
@@ -88,8 +89,9 @@ class Resume:
             return 0
         diff = differences(settings, self.settings)
         if diff:
-            raise ValueError(f"{self.path} was saved by a {self.stage} stage with other settings: {'; '.join(diff)}. "
-                             f"Rerun with the same flags to resume it, or with --fresh to start over")
+            raise ValueError(f"{self.path} was saved by a {self.stage} stage with other settings: "
+                             f"{'; '.join(diff)}. Rerun with the same flags to resume it, or with --fresh "
+                             "to start over")
         for name, obj in self.state.items():
             if isinstance(obj, torch.Generator):
                 obj.set_state(state[name])
@@ -107,8 +109,10 @@ class Resume:
     def save(self, step):
         state = {name: obj.get_state() if isinstance(obj, torch.Generator) else obj if isinstance(obj, dict)
                  else obj.state_dict() for name, obj in self.state.items()}
-        atomic_save({"settings": self.settings, "step": step, "state": state, "torch_rng": torch.get_rng_state(),
-                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, self.path)
+        atomic_save({"settings": self.settings, "step": step, "state": state,
+                     "torch_rng": torch.get_rng_state(),
+                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                    self.path)
         self.last_save = time.monotonic()
 
     def step_done(self, step):
@@ -132,13 +136,14 @@ class Resume:
                 raise KeyboardInterrupt
             self.ctrl_c = True
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            print(f"\n[{self.stage}] {name}: saving after this step (press Ctrl-C again to stop now)", file=sys.stderr)
+            print(f"\n[{self.stage}] {name}: saving after this step (press Ctrl-C again to stop now)",
+                  file=sys.stderr)
         installed = {}
         if self.path is not None:
             try:
                 for sig in STOP_SIGNALS:
                     installed[sig] = signal.signal(sig, handler)
-            except ValueError:                      # not the main thread: no handler; periodic saves still happen
+            except ValueError:      # not the main thread: no handler; periodic saves still happen
                 pass
         try:
             yield self

@@ -1,9 +1,9 @@
 """Turning logits into a distribution: temperature, top-k, top-p (in that order), and drawing from it.
 
 The target's p is the transformed distribution (what plain sampling draws from). A drafter's q, for the
-rejection verifier, is its own softmax at the same temperature, untruncated (DraftRule): the verifier makes the
-output exact for ANY q that the drafts are really drawn from, and truncating q did not bring it closer to p
-(per-slot sum min(p, q), docs/experiments.md).
+rejection verifier, is its own softmax at the same temperature, untruncated (DraftRule): the verifier makes
+the output exact for ANY q that the drafts are really drawn from, and truncating q did not bring it closer to
+p (per-slot sum min(p, q), docs/experiments.md).
 temperature == 0 means greedy: the distribution is one-hot on the argmax.
 """
 
@@ -47,7 +47,8 @@ def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
     return probs
 
 
-NUCLEUS_START = 64      # candidates per row for top-p; doubled, for the rows that need more, until they hold top_p
+# candidates per row for top-p; doubled, for the rows that need more, until they hold top_p
+NUCLEUS_START = 64
 
 
 def _nucleus(probs, top_p, k):
@@ -72,7 +73,8 @@ def _nucleus(probs, top_p, k):
 
 
 def _keep(sorted_p, top_p):
-    """sorted_p (n, k), each row descending -> the nucleus part of each row, renormalised (zeros elsewhere)."""
+    """sorted_p (n, k), each row descending -> the nucleus part of each row, renormalised (zeros
+    elsewhere)."""
     before = sorted_p.cumsum(-1) - sorted_p                                  # mass strictly before each token
     kept = sorted_p.masked_fill(before >= top_p, 0.0)
     return kept / kept.sum(-1, keepdim=True)
@@ -111,8 +113,9 @@ class DraftRule:
     """How a drafter turns its scores into draft tokens, and the distribution q they were drawn from.
 
     Greedy (temperature 0): the argmax, and no q (the greedy verifier never looks at q, so none is built
-    on that hot path). Sampling: q = softmax(logits / temperature), no top-k / top-p (those shape the target's
-    p only); the drafts are samples of q when `sample_drafts` (the rejection verifier), else q's argmax (match).
+    on that hot path). Sampling: q = softmax(logits / temperature), no top-k / top-p (those shape the
+    target's p only); the drafts are samples of q when `sample_drafts` (the rejection verifier), else q's
+    argmax (match).
 
     >>> tokens, q = DraftRule(0.0)(torch.tensor([[0.0, 3.0, 1.0]]))
     >>> tokens, q

@@ -54,7 +54,8 @@ def train_bpe(text, vocab_size):
     """
     n_merges = vocab_size - 256 - len(SPECIAL_TOKENS)
     if n_merges < 0:
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + specials), got {vocab_size}")
+        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + specials), "
+                         f"got {vocab_size}")
     chunks = Counter(regex.findall(SPLIT_PATTERN, text))
     words = [tuple(c.encode("utf-8")) for c in chunks]          # each word: a tuple of token ids
     counts = list(chunks.values())
@@ -99,8 +100,8 @@ def train_tokenizer(text, vocab_size=1024, path=None):
     """
     ranks = train_bpe(text, vocab_size)
     if len(ranks) + len(SPECIAL_TOKENS) != vocab_size:
-        raise ValueError(f"text is too small to learn {vocab_size} tokens (got {len(ranks) + len(SPECIAL_TOKENS)}); "
-                         "use more text or a smaller vocab_size")
+        raise ValueError(f"text is too small to learn {vocab_size} tokens "
+                         f"(got {len(ranks) + len(SPECIAL_TOKENS)}); use more text or a smaller vocab_size")
     if path is not None:
         save_ranks(ranks, path)
     return _encoding(ranks)

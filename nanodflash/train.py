@@ -28,9 +28,11 @@ def lr_at(step, total_steps, peak_lr, warmup_frac=0.04, min_ratio=0.1):
 
 
 class Progress:
-    """One line per report: step, loss, lr, tokens/s and ETA (over this run's steps: `start` were done before)."""
+    """One line per report: step, loss, lr, tokens/s and ETA (over this run's steps: `start` were done
+    before)."""
 
-    def __init__(self, name, total_steps, every, stream=None, start=0):     # stream None: sys.stdout when printing
+    def __init__(self, name, total_steps, every, stream=None, start=0):
+        # stream None: sys.stdout when printing
         self.name, self.total, self.every, self.stream, self.start = name, total_steps, every, stream, start
         self.t0, self.tokens = time.perf_counter(), 0
 

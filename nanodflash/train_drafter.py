@@ -48,7 +48,8 @@ def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0
                 logits, _ = target(nxt[:, None].to(device), cache)
         out.append(seq.cpu())
         done = b0 + n
-        log(f"[data] {done}/{n_seqs} sequences | {done * gen_len / (time.perf_counter() - t0):.0f} generated tok/s")
+        log(f"[data] {done}/{n_seqs} sequences | "
+            f"{done * gen_len / (time.perf_counter() - t0):.0f} generated tok/s")
     return torch.cat(out)
 
 
@@ -56,17 +57,21 @@ def generate_mix(target, ids, n, greedy_frac, seed, kw):
     """n target continuations (generate_sequences with keyword args kw): round(n * greedy_frac) greedy ones,
     the rest at kw["temperature"] (all greedy when that is 0). Without a greedy part: one plain call."""
     n_greedy = n if kw.get("temperature", 0) == 0 else round(n * greedy_frac)
-    parts = [generate_sequences(target, ids, n_greedy, seed=seed, **{**kw, "temperature": 0.0})] if n_greedy else []
+    parts = ([generate_sequences(target, ids, n_greedy, seed=seed, **{**kw, "temperature": 0.0})]
+             if n_greedy else [])
     if n_greedy < n:                                   # other prompts than the greedy part's (another seed)
-        parts.append(generate_sequences(target, ids, n - n_greedy, seed=seed + 7919 if n_greedy else seed, **kw))
+        parts.append(generate_sequences(target, ids, n - n_greedy, seed=seed + 7919 if n_greedy else seed,
+                                        **kw))
     return torch.cat(parts)
 
 
 def sample_anchors(n_seqs, n_anchors, seq_len, block_size, min_anchor=0, generator=None):
-    """(n_seqs, n_anchors) anchor positions, uniform in [min_anchor, seq_len - block_size] (repeats allowed)."""
+    """(n_seqs, n_anchors) anchor positions, uniform in [min_anchor, seq_len - block_size] (repeats
+    allowed)."""
     hi = seq_len - block_size
     if hi < min_anchor:
-        raise ValueError(f"sequences of {seq_len} tokens are too short for blocks of {block_size} after position {min_anchor}")
+        raise ValueError(f"sequences of {seq_len} tokens are too short for blocks of {block_size} "
+                         f"after position {min_anchor}")
     return torch.randint(min_anchor, hi + 1, (n_seqs, n_anchors), generator=generator)
 
 
@@ -94,14 +99,16 @@ def _features_and_soft(target, seqs, layer_ids, soft):
 
 
 def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
-                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30, resume=None,
-                  soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0, log_name="drafter"):
+                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30,
+                  resume=None, soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0,
+                  log_name="drafter"):
     """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict.
     `resume`: path of a resume file (resume.py), continued from if it exists. soft_weight > 0 mixes in the
     cross-entropy against the target's next-token distribution (distill.py), with that weight.
-    `long_seqs` (N', S' > S): longer sequences, of which each step also draws long_batch x long_anchors blocks,
-    so that the drafter sees late positions too; the loss is the mean over all the step's blocks. `log_name`
-    prefixes the progress lines (e.g. "sampling drafter": train_tiny.py fine-tunes a copy of a trained drafter)."""
+    `long_seqs` (N', S' > S): longer sequences, of which each step also draws long_batch x long_anchors
+    blocks, so that the drafter sees late positions too; the loss is the mean over all the step's blocks.
+    `log_name` prefixes the progress lines (e.g. "sampling drafter": train_tiny.py fine-tunes a copy of a
+    trained drafter)."""
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
     target.requires_grad_(False)
@@ -109,13 +116,14 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
     weights = loss_decay_weights(c.block_size, gamma).to(device)
     opt = make_optimizer(drafter.parameters(), lr)
     history = {"step": [], "loss": [], "eval": []}
-    parts = [dict(seqs=seqs, n=batch_size, k=n_anchors)]                      # where each step's blocks come from
+    parts = [dict(seqs=seqs, n=batch_size, k=n_anchors)]      # where each step's blocks come from
     if long_seqs is not None and long_batch and long_anchors:
         parts.append(dict(seqs=long_seqs, n=long_batch, k=long_anchors))
     blocks = sum(p["n"] * p["k"] for p in parts)
     settings = dict(kind=drafter.kind, config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
                     steps=steps, batch_size=batch_size, n_anchors=n_anchors, lr=lr, min_anchor=min_anchor,
-                    gamma=gamma, grad_clip=grad_clip, seed=seed, eval_every=eval_every, soft_weight=soft_weight,
+                    gamma=gamma, grad_clip=grad_clip, seed=seed,
+                    eval_every=eval_every, soft_weight=soft_weight,
                     **({"long": [data_hash(long_seqs), long_batch, long_anchors]} if len(parts) > 1 else {}))
     state = Resume(resume, log_name, settings, model=drafter, optimizer=opt, data_order=g, history=history)
     first = state.restore(steps)
@@ -139,12 +147,13 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
                 rows = torch.randint(0, p["seqs"].size(0), (p["n"],), generator=g)
                 x = p["seqs"][rows].to(device)                                 # (N, S)
                 if p["feats"] is not None:
-                    feats, soft = p["feats"][rows].to(device), p["soft"] and tuple(t[rows].to(device) for t in p["soft"])
+                    feats, soft = (p["feats"][rows].to(device),
+                                   p["soft"] and tuple(t[rows].to(device) for t in p["soft"]))
                 else:                                                          # one target forward per step
                     feats, soft = _features_and_soft(target, x, c.target_layer_ids, use_soft)
                 anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, min_anchor, g).to(device)
                 part_loss, out = drafter.loss(feats, x, anchors, weights, soft=soft, soft_weight=soft_weight)
-                share = p["n"] * p["k"] / blocks                               # this part's share of the blocks
+                share = p["n"] * p["k"] / blocks      # this part's share of the blocks
                 loss = loss + share * part_loss
                 for k in PARTS:
                     if k in out:
@@ -155,7 +164,7 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
             opt.step()
             history["step"].append(step + 1)
             history["loss"].append(loss.item())
-            for k, v in parts_out.items():                                     # DFlash 2: its two losses, recall
+            for k, v in parts_out.items():      # DFlash 2: its two losses, recall
                 history.setdefault(k, []).append(v)
             extra = "".join(f" | {k} {v:.3f}" for k, v in parts_out.items()) if step % log_every == 0 else ""
             if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
@@ -172,7 +181,8 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
 
 @torch.no_grad()
 def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=16, top_k=16):
-    """Per-slot accuracy (slots 1..B-1), top-k recall and the expected acceptance length, on held-out sequences.
+    """Per-slot accuracy (slots 1..B-1), top-k recall and the expected acceptance length, on held-out
+    sequences.
 
     Accuracy: the drafted token (given the true tokens before it) is the target's. Recall: the target's
     token is among the drafter's top_k logits (a perfect top-k selector's accuracy). Expected τ counts,

@@ -1,8 +1,8 @@
-"""The same claims on CUDA (skipped without a GPU): batch-1 and batched greedy decoding equal plain greedy decoding,
-and batched sampling gives each row the target's distribution.
+"""The same claims on CUDA (skipped without a GPU): batch-1 and batched greedy decoding equal plain greedy
+decoding, and batched sampling gives each row the target's distribution.
 
-float64 models, as in helpers.py, so that a batched forward and a one-token forward agree to rounding and greedy
-ties cannot flip an argmax; the sampling check reuses test_batch.py's chi-square against enumeration.
+float64 models, as in helpers.py, so that a batched forward and a one-token forward agree to rounding and
+greedy ties cannot flip an argmax; the sampling check reuses test_batch.py's chi-square against enumeration.
 """
 
 import pytest
@@ -22,7 +22,8 @@ NEW = 30
 @pytest.fixture(scope="module")
 def gpu_models():
     target = tiny_target().cuda()
-    return target, {"dflash": tiny_drafter(target).cuda(), "dflash2": tiny_dflash2(target, perturb=0.3).cuda()}
+    return target, {"dflash": tiny_drafter(target).cuda(),
+                    "dflash2": tiny_dflash2(target, perturb=0.3).cuda()}
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dflash2"])
@@ -33,7 +34,8 @@ def test_cuda_batch1_and_batched_greedy_equal_plain_greedy(gpu_models, kind, blo
     for i, p in enumerate(PROMPTS[:3]):
         out, _ = speculative_generate(target, drafters[kind], p, NEW, block_size=block_size)
         assert out == refs[i], f"CUDA batch-1 {kind} B={block_size}: prompt {i} diverged from greedy decoding"
-    assert generate_batch(target, PROMPTS, NEW) == refs, "CUDA generate_batch diverged from per-prompt generate"
+    assert generate_batch(target, PROMPTS, NEW) == refs, \
+        "CUDA generate_batch diverged from per-prompt generate"
     stops = [refs[1][6], refs[4][17]]
     out, _ = speculative_generate_batch(target, drafters[kind], PROMPTS, NEW, block_size=block_size,
                                         stop_token_ids=stops)
@@ -52,8 +54,8 @@ def test_cuda_batched_sampling_rows_have_exactly_the_targets_distribution(verifi
     g = torch.Generator().manual_seed(0)                         # samplers draw on the CPU, as at batch 1
     counts = [dict() for _ in SAMPLE_PROMPTS]
     for _ in range(4):
-        out, _ = speculative_generate_batch(target_gpu, drafter_gpu, SAMPLE_PROMPTS * (N // 4), H, block_size=4,
-                                            temperature=1.0, verifier=verifier, generator=g)
+        out, _ = speculative_generate_batch(target_gpu, drafter_gpu, SAMPLE_PROMPTS * (N // 4), H,
+                                            block_size=4, temperature=1.0, verifier=verifier, generator=g)
         for i, o in enumerate(out):
             c = counts[i % len(SAMPLE_PROMPTS)]
             c[tuple(o)] = c.get(tuple(o), 0) + 1

@@ -7,14 +7,17 @@ from nanodflash.data import STDLIB_CHARS, load_corpus, split_train_val, stdlib_c
 
 def test_default_corpus_is_the_standard_library_source_and_is_deterministic():
     text = load_corpus()
-    assert text == stdlib_corpus() == load_corpus("stdlib"), "the default corpus should be the stdlib one, every time"
-    assert len(text) >= STDLIB_CHARS, f"the stdlib corpus should reach {STDLIB_CHARS:,} characters, got {len(text):,}"
+    assert text == stdlib_corpus() == load_corpus("stdlib"), \
+        "the default corpus should be the stdlib one, every time"
+    assert len(text) >= STDLIB_CHARS, \
+        f"the stdlib corpus should reach {STDLIB_CHARS:,} characters, got {len(text):,}"
     assert "def " in text and "import " in text, "the stdlib corpus should be Python source"
 
 
 def test_pydoc_corpus_is_available_by_name():
     text = load_corpus("pydoc")
-    assert len(text) > 100_000 and "def " not in text[:200], "the pydoc corpus should be the documentation prose"
+    assert len(text) > 100_000 and "def " not in text[:200], \
+        "the pydoc corpus should be the documentation prose"
     assert text != load_corpus(), "pydoc and stdlib are different corpora"
 
 

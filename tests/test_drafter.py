@@ -64,7 +64,7 @@ def test_context_extended_in_pieces_equals_context_extended_at_once(target, draf
     whole, pieces, flushed = drafter.new_cache(64), drafter.new_cache(64), drafter.new_cache(64)
     drafter.extend(whole, feats)
     for a, b in [(0, 7), (7, 8), (8, 30)]:
-        drafter.extend(pieces, feats[:, a:b])                                   # queued, projected by the draft pass
+        drafter.extend(pieces, feats[:, a:b])   # queued, projected by the draft pass
         drafter.extend(flushed, feats[:, a:b])
         drafter.project_context(flushed)                                                  # projected at once
     block = torch.tensor([[5] + [drafter.config.mask_token_id] * 15])
@@ -72,8 +72,10 @@ def test_context_extended_in_pieces_equals_context_extended_at_once(target, draf
     torch.testing.assert_close(drafter.block_logits(pieces, block), ref, rtol=0, atol=1e-12,
                                msg="context queued in pieces drafts differently from context given at once")
     torch.testing.assert_close(drafter.block_logits(flushed, block), ref, rtol=0, atol=1e-12,
-                               msg="context projected before the draft pass drafts differently from context projected in it")
-    assert whole.length == pieces.length == flushed.length == 30, "the context length must count every verified position"
+                               msg="context projected before the draft pass drafts differently from "
+                                   "context projected in it")
+    assert whole.length == pieces.length == flushed.length == 30, \
+        "the context length must count every verified position"
 
 
 def test_drafting_leaves_the_context_cache_untouched(target, drafter):
@@ -84,7 +86,8 @@ def test_drafting_leaves_the_context_cache_untouched(target, drafter):
     drafter.project_context(cache)
     before = cache.k[:, :, :, :10].clone()
     drafter.block_logits(cache, torch.tensor([[3] + [drafter.config.mask_token_id] * 15]))
-    assert cache.length == 10, "drafting must not grow the context cache (block K/V are scratch past its length)"
+    assert cache.length == 10, \
+        "drafting must not grow the context cache (block K/V are scratch past its length)"
     assert torch.equal(cache.k[:, :, :, :10], before), "drafting must not alter cached context keys"
 
 
@@ -93,7 +96,8 @@ def test_loss_decay_weights_match_the_formula_and_slot_zero_has_no_loss():
         w = loss_decay_weights(B)
         assert w[0] == 0, "slot 0 (the anchor) must carry no loss"
         for k in range(1, B):
-            assert math.isclose(float(w[k]), math.exp(-(k - 1) / gamma), rel_tol=1e-6), f"w_{k} wrong for B={B}"
+            assert math.isclose(float(w[k]), math.exp(-(k - 1) / gamma), rel_tol=1e-6), \
+                f"w_{k} wrong for B={B}"
     assert math.isclose(float(loss_decay_weights(6, gamma=2.0)[3]), math.exp(-1.0), rel_tol=1e-6)
 
 
@@ -104,12 +108,16 @@ def test_loss_is_the_decay_weighted_cross_entropy_against_x_a_to_x_a_plus_b(targ
     w_real = loss_decay_weights(16)
     loss, out = drafter.loss(feats, x, anchors, w_real)
     logits, labels = out["logits"], out["labels"]
-    assert torch.equal(labels[0, 0], x[0, 3:19]) and torch.equal(labels[0, 1], x[0, 20:36]), "labels must be x[a : a+B]"
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view(1, 2, 16)
+    assert torch.equal(labels[0, 0], x[0, 3:19]) and torch.equal(labels[0, 1], x[0, 20:36]), \
+        "labels must be x[a : a+B]"
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 2), labels.flatten(),
+                                           reduction="none").view(1, 2, 16)
     manual = (ce * w_real).sum() / (2 * w_real.sum())
-    torch.testing.assert_close(loss, manual.to(loss.dtype), msg="loss is not the decay-weighted mean over slots 1..B-1")
+    torch.testing.assert_close(loss, manual.to(loss.dtype),
+                               msg="loss is not the decay-weighted mean over slots 1..B-1")
 
 
-@pytest.mark.parametrize("L,n,expected", [(36, 5, [1, 9, 17, 25, 33]), (6, 1, [3]), (8, 3, [1, 3, 5]), (4, 2, [0, 3]), (3, 2, [0, 2])])
+@pytest.mark.parametrize("L,n,expected", [(36, 5, [1, 9, 17, 25, 33]), (6, 1, [3]), (8, 3, [1, 3, 5]),
+                                          (4, 2, [0, 3]), (3, 2, [0, 2])])
 def test_target_layer_ids_follow_the_paper_and_a_documented_rule_for_shallow_targets(L, n, expected):
     assert default_target_layer_ids(L, n) == expected

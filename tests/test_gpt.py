@@ -14,8 +14,9 @@ def test_logits_with_kv_cache_equal_logits_without(target):
     x = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(0))
     full, feats = target(x, layer_ids=[0, 2])
     cache = target.new_cache(2)
-    parts = [target(x[:, :13], cache, layer_ids=[0, 2])]                 # prefill ...
-    parts += [target(x[:, t:t + 1], cache, layer_ids=[0, 2]) for t in range(13, 40)]   # ... then one at a time
+    # prefill 13 tokens, then one at a time
+    parts = [target(x[:, :13], cache, layer_ids=[0, 2])]
+    parts += [target(x[:, t:t + 1], cache, layer_ids=[0, 2]) for t in range(13, 40)]
     torch.testing.assert_close(torch.cat([p[0] for p in parts], 1), full, rtol=0, atol=1e-12,
                                msg="cached logits differ from the no-cache forward")
     torch.testing.assert_close(torch.cat([p[1] for p in parts], 1), feats, rtol=0, atol=1e-12,
@@ -34,7 +35,8 @@ def test_crop_then_extend_equals_a_fresh_run():
     extended, _ = target(x[:, 20:], cache)
     fresh, _ = target(x)
     torch.testing.assert_close(extended, fresh[:, 20:], rtol=0, atol=1e-12,
-                               msg="after crop, extending does not match a fresh run: stale cache entries leak")
+                               msg="after crop, extending does not match a fresh run: "
+                                   "stale cache entries leak")
 
 
 def test_features_are_the_outputs_of_the_requested_layers_in_order(target):
@@ -70,10 +72,13 @@ def test_smoke_training_lowers_the_loss():
     enc = train_tokenizer(text, vocab_size=300)
     tr, va = split_train_val(torch.tensor(enc.encode_ordinary(text)), chunk_len=256)
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_kv_head=2, n_embd=32, mlp_hidden=64, max_seq_len=64))
+    model = GPT(GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_kv_head=2, n_embd=32, mlp_hidden=64,
+                          max_seq_len=64))
     before = estimate_loss(model, va, 8, 32, 4)
-    hist = train_target(model, tr, va, steps=60, batch_size=8, seq_len=32, lr=3e-3, eval_every=60, log_every=1000)
-    assert hist["val_loss"][-1] < before - 0.5, f"val loss {before:.3f} -> {hist['val_loss'][-1]:.3f}: no learning"
+    hist = train_target(model, tr, va, steps=60, batch_size=8, seq_len=32, lr=3e-3, eval_every=60,
+                        log_every=1000)
+    assert hist["val_loss"][-1] < before - 0.5, \
+        f"val loss {before:.3f} -> {hist['val_loss'][-1]:.3f}: no learning"
 
 
 def test_the_rope_table_looks_up_exactly_what_rope_cos_sin_computes():

@@ -25,7 +25,8 @@ CELL_TIMEOUT_S = 120
 
 @pytest.fixture(scope="session")
 def shell(smoke_out):
-    """The in-process kernel's shell, with the notebooks pointed at the smoke checkpoints, plots off screen."""
+    """The in-process kernel's shell, with the notebooks pointed at the smoke checkpoints, plots off
+    screen."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NANODFLASH_OUT", str(smoke_out))
         mp.setenv("MPLBACKEND", "agg")
@@ -37,7 +38,8 @@ def shell(smoke_out):
 
 @contextlib.contextmanager
 def cell_timeout(seconds):
-    """Raise TimeoutError inside a cell that runs longer than `seconds` (a hung cell fails, it does not hang)."""
+    """Raise TimeoutError inside a cell that runs longer than `seconds` (a hung cell fails, it does not
+    hang)."""
     def expire(signum, frame):
         raise TimeoutError(f"cell still running after {seconds} s")
     previous = signal.signal(signal.SIGALRM, expire)
@@ -50,9 +52,9 @@ def cell_timeout(seconds):
 
 
 def run_notebook(shell, path, timeout_s=CELL_TIMEOUT_S):
-    """Every code cell of `path` in order, in the notebooks' folder (`in_process` puts the test process's working
-    directory, thread count and random state back); afterwards the shell's namespace is cleared (one shell
-    serves every notebook)."""
+    """Every code cell of `path` in order, in the notebooks' folder (`in_process` puts the test process's
+    working directory, thread count and random state back); afterwards the shell's namespace is cleared
+    (one shell serves every notebook)."""
     try:
         with in_process(NOTEBOOK_DIR):
             for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
@@ -62,7 +64,8 @@ def run_notebook(shell, path, timeout_s=CELL_TIMEOUT_S):
                     result = shell.run_cell(cell.source, store_history=False)
                 if not result.success:
                     error = result.error_in_exec or result.error_before_exec
-                    pytest.fail(f"{path.name}, code cell {i}, raised {error!r}:\n{cell.source}", pytrace=False)
+                    pytest.fail(f"{path.name}, code cell {i}, raised {error!r}:\n{cell.source}",
+                                pytrace=False)
     finally:
         shell.reset(new_session=True)
         if "matplotlib.pyplot" in sys.modules:
@@ -85,7 +88,8 @@ def test_notebook_executes_top_to_bottom(path, shell):
 
 
 def test_a_cell_that_raises_or_hangs_fails_the_notebook_test(shell, tmp_path):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x / 0")])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("x / 0")])
     nbformat.write(nb, tmp_path / "raises.ipynb")
     with pytest.raises(pytest.fail.Exception, match="code cell 1, raised ZeroDivisionError"):
         run_notebook(shell, tmp_path / "raises.ipynb")
@@ -101,13 +105,15 @@ def test_committed_notebooks_have_outputs_stripped(path):
     nbformat.validate(nb)
     dirty = [i for i, c in enumerate(nb.cells)
              if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; strip them before committing"
+    assert not dirty, \
+        f"{path.name}: cells {dirty} have outputs or execution counts; strip them before committing"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_opens_by_saying_what_it_teaches(path):
     first = nbformat.read(path, as_version=4).cells[0]
-    assert first.cell_type == "markdown" and first.source.startswith("# "), f"{path.name}: start with a markdown title"
+    assert first.cell_type == "markdown" and first.source.startswith("# "), \
+        f"{path.name}: start with a markdown title"
 
 
 # ----------------------------------------------------------------------------- what the notebooks teach with
@@ -119,23 +125,27 @@ PROMPT_CALLS = {"encode_ordinary", "encode", "code_prompt"}
 
 
 def string_prompts(path):
-    """Every string literal a notebook hands to the tokenizer (tok.encode_ordinary / encode) or to code_prompt."""
+    """Every string literal a notebook hands to the tokenizer (tok.encode_ordinary / encode) or to
+    code_prompt."""
     import ast
     found = []
     for cell in nbformat.read(path, as_version=4).cells:
         if cell.cell_type != "code":
             continue
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        source = "\n".join(line for line in cell.source.splitlines()
+                           if not line.lstrip().startswith(("%", "!")))
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", None))
                 if name in PROMPT_CALLS:
-                    found += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                    found += [a.value for a in node.args
+                              if isinstance(a, ast.Constant) and isinstance(a.value, str)]
     return found
 
 
 def test_the_code_check_tells_code_from_prose():
-    for prose in ["The for statement is used to iterate over", "If the exception is raised", " a different continuation"]:
+    for prose in ["The for statement is used to iterate over", "If the exception is raised",
+                  " a different continuation"]:
         assert not _setup.looks_like_code(prose), prose
     for code in [_setup.CODE_PROMPT, "import os\n", "        self.name = name", "    for item in items:\n"]:
         assert _setup.looks_like_code(code), code
@@ -146,13 +156,15 @@ def test_no_notebook_prompts_the_code_model_with_prose(path):
     """The default target learned Python source: hand-written prompts must be code (held-out ones come from
     the validation split via _setup.held_out_prompts, which has no literal to check)."""
     prose = [s for s in string_prompts(path) if not _setup.looks_like_code(s)]
-    assert not prose, f"{path.name}: prose prompts {prose}; use code (code_prompt) or held_out_prompts(data, n)"
+    assert not prose, \
+        f"{path.name}: prose prompts {prose}; use code (code_prompt) or held_out_prompts(data, n)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebooks_use_the_shared_setup(path):
     sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-    assert "from _setup import" in sources[0], f"{path.name}: the first code cell should use notebooks/_setup.py"
+    assert "from _setup import" in sources[0], \
+        f"{path.name}: the first code cell should use notebooks/_setup.py"
     assert not any("ROOT = next(" in s for s in sources), f"{path.name}: a copy of the old setup cell is left"
 
 
@@ -161,11 +173,13 @@ TOURS = [p for p in NOTEBOOKS if p.name[:2] in {"01", "02", "03", "04", "05", "0
 
 @pytest.mark.parametrize("path", TOURS, ids=[p.stem for p in TOURS])
 def test_tours_end_with_exercises_and_solutions_that_run(path):
-    """2-4 exercises, then a Solutions section of code cells (executed by test_notebook_executes_top_to_bottom)."""
+    """2-4 exercises, then a Solutions section of code cells (executed by
+    test_notebook_executes_top_to_bottom)."""
     import re
     cells = nbformat.read(path, as_version=4).cells
     ex = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "## Exercises" in c.source]
-    sol = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("## Solutions")]
+    sol = [i for i, c in enumerate(cells)
+           if c.cell_type == "markdown" and c.source.startswith("## Solutions")]
     assert ex and sol and ex[0] < sol[0], f"{path.name}: needs '## Exercises' and then '## Solutions'"
     n_ex = len(re.findall(r"^\d+\. \*\*", cells[ex[0]].source.split("## Exercises")[1], re.MULTILINE))
     assert 2 <= n_ex <= 4, f"{path.name}: {n_ex} exercises, want 2-4"

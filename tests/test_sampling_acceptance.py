@@ -78,7 +78,9 @@ def slot1_acceptance_in_the_loop(rule, n_prompts=300):
 
 def test_first_draft_slot_of_real_steps_accepts_at_sum_min_p_q_and_a_wrong_rule_does_not():
     got, want, var = slot1_acceptance_in_the_loop(rejection_verify)
-    assert abs(got - want) <= 5 * var ** 0.5, f"slot 1 accepted {got} times, sum min(p, q) predicts {want:.1f}"
+    assert abs(got - want) <= 5 * var ** 0.5, \
+        f"slot 1 accepted {got} times, sum min(p, q) predicts {want:.1f}"
     got, want, var = slot1_acceptance_in_the_loop(accept_with_p)
     assert abs(got - want) > 5 * var ** 0.5, \
-        f"a rule accepting with p(d) ({got}) is indistinguishable from sum min(p, q) ({want:.1f}): the check is weak"
+        (f"a rule accepting with p(d) ({got}) is indistinguishable from sum min(p, q) ({want:.1f}): "
+         "the check is weak")

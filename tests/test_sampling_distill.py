@@ -9,7 +9,13 @@ from helpers import tiny_drafter, tiny_target
 from nanodflash.distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_targets
 from nanodflash.drafter import loss_decay_weights
 from nanodflash.speculative import generate
-from nanodflash.train_drafter import generate_mix, generate_sequences, sample_anchors, target_features, train_drafter
+from nanodflash.train_drafter import (
+    generate_mix,
+    generate_sequences,
+    sample_anchors,
+    target_features,
+    train_drafter,
+)
 
 
 def test_soft_target_of_slot_k_is_the_targets_distribution_for_the_token_at_anchor_plus_k():
@@ -41,7 +47,8 @@ def test_soft_loss_is_smallest_when_the_drafter_predicts_the_targets_distributio
         other = exact.log() + 0.3 * torch.randn_like(exact)
         worse = mix_soft(torch.tensor(0.0), other, soft, anchors, weights, 1.0)
         assert worse > best, f"a drafter off the target's distribution scored {worse:.4f} <= {best:.4f}"
-    assert mix_soft(torch.tensor(7.0), exact.log(), None, anchors, weights, 1.0) == 7.0, "no soft targets: hard loss"
+    assert mix_soft(torch.tensor(7.0), exact.log(), None, anchors, weights, 1.0) == 7.0, \
+        "no soft targets: hard loss"
 
 
 def test_selector_soft_target_is_the_targets_probability_of_each_candidate_renormalised():
@@ -62,7 +69,8 @@ def mean_overlap(drafter, seqs, n_anchors=8, min_anchor=3):
     with torch.no_grad():
         q = torch.softmax(drafter(feats, seqs, anchors), -1)[:, :, 1:]     # (N, K, B-1, V)
         pos = anchors[:, :, None] + torch.arange(c.block_size - 1)         # slot k predicted at a+k-1
-        p = torch.softmax(target(seqs)[0], -1)[torch.arange(seqs.size(0))[:, None, None], pos]   # (N, K, B-1, V)
+        # (N, K, B-1, V)
+        p = torch.softmax(target(seqs)[0], -1)[torch.arange(seqs.size(0))[:, None, None], pos]
     return float(torch.minimum(p, q).sum(-1).mean())
 
 

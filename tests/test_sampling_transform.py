@@ -11,7 +11,8 @@ from nanodflash.sampling import probs_from_logits, sample
 
 
 def full_sort_reference(logits, temperature, top_k, top_p):
-    """The rule written the slow way: sort the whole vocabulary, keep tokens whose mass before them < top_p."""
+    """The rule written the slow way: sort the whole vocabulary, keep tokens whose mass before them
+    < top_p."""
     logits = logits.double() / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[..., -1:]
@@ -30,7 +31,8 @@ def test_top_p_from_the_top_tokens_keeps_exactly_the_full_sort_nucleus(scale, to
     logits = torch.randn(3, 5, 1024) * scale                        # (3, 5, V): batch dims are kept
     fast, slow = probs_from_logits(logits, 0.7, top_k, top_p), full_sort_reference(logits, 0.7, top_k, top_p)
     assert torch.equal(fast > 0, slow > 0), f"scale {scale} top_p {top_p}: a different nucleus"
-    assert torch.allclose(fast, slow, rtol=0, atol=1e-15), f"scale {scale} top_p {top_p}: different probabilities"
+    assert torch.allclose(fast, slow, rtol=0, atol=1e-15), \
+        f"scale {scale} top_p {top_p}: different probabilities"
 
 
 def test_inverse_cdf_draw_gives_each_token_its_probability():
@@ -40,10 +42,11 @@ def test_inverse_cdf_draw_gives_each_token_its_probability():
     freq = torch.bincount(draws, minlength=5).double() / n
     assert freq[1] == 0 and freq[4] == 0, f"tokens of probability 0 were drawn: {freq}"
     sigma = (probs * (1 - probs) / n).sqrt()
-    assert bool(((freq - probs).abs() <= 5 * sigma + 1e-12).all()), f"frequencies {freq} vs probabilities {probs}"
+    assert bool(((freq - probs).abs() <= 5 * sigma + 1e-12).all()), \
+        f"frequencies {freq} vs probabilities {probs}"
 
 
 def test_a_uniform_rounding_up_to_the_total_still_draws_a_possible_token():
-    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]], dtype=torch.float64)          # the last tokens are impossible
+    probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]], dtype=torch.float64)   # the last tokens are impossible
     with mock.patch("torch.rand", lambda *a, **k: torch.ones(1, 1, dtype=torch.float64)):
         assert int(sample(probs)) == 1, "u * total == total must pick the last possible token, not token 3"

@@ -56,7 +56,8 @@ def test_saved_and_reloaded_tokenizer_encodes_identically(tmp_path):
 
 def test_bpe_compresses_the_corpus(enc):
     text = load_corpus()[60000:80000]
-    assert len(enc.encode_ordinary(text)) < 0.6 * len(text.encode()), "BPE should beat raw bytes by a wide margin"
+    assert len(enc.encode_ordinary(text)) < 0.6 * len(text.encode()), \
+        "BPE should beat raw bytes by a wide margin"
 
 
 def test_vocab_size_too_small_or_text_too_small_is_refused():

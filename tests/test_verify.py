@@ -15,7 +15,8 @@ def onehot_logits(tokens):
 
 def test_greedy_verify_accepts_everything_when_drafts_match_the_target():
     n, bonus = greedy_verify(torch.tensor([1, 2, 3]), onehot_logits([1, 2, 3, 4]))
-    assert (n, bonus) == (3, 4), f"expected all 3 accepted and bonus 4 (the target's token after the block), got {(n, bonus)}"
+    assert (n, bonus) == (3, 4), \
+        f"expected all 3 accepted and bonus 4 (the target's token after the block), got {(n, bonus)}"
 
 
 def test_greedy_verify_accepts_nothing_when_the_first_draft_is_wrong():
@@ -36,7 +37,8 @@ def test_match_verify_with_one_hot_target_behaves_like_greedy():
     p = probs_from_logits(onehot_logits([1, 2, 3, 4]), temperature=1.0)
     p = (p > 0.5).double()                                # exactly one-hot distributions
     assert match_verify(torch.tensor([1, 2, 0]), p) == (2, 3), "match verify should stop at the mismatch"
-    assert match_verify(torch.tensor([1, 2, 3]), p) == (3, 4), "match verify should accept all and sample the bonus"
+    assert match_verify(torch.tensor([1, 2, 3]), p) == (3, 4), \
+        "match verify should accept all and sample the bonus"
 
 
 def test_rejection_verify_accepts_all_when_draft_distribution_equals_the_target():
@@ -53,14 +55,16 @@ def test_rejection_verify_rejects_a_draft_the_target_gives_zero_probability():
     q = torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
     for seed in range(20):
         n, bonus = rejection_verify(torch.tensor([0]), q, p, torch.Generator().manual_seed(seed))
-        assert n == 0 and bonus in (1, 2), f"draft with p=0 must be rejected and replaced from the residual, got {(n, bonus)}"
+        assert n == 0 and bonus in (1, 2), \
+            f"draft with p=0 must be rejected and replaced from the residual, got {(n, bonus)}"
 
 
 def test_residual_distribution_is_normalized_positive_part_of_p_minus_q():
     p = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
     q = torch.tensor([0.2, 0.5, 0.1, 0.2], dtype=torch.float64)
     expected = torch.tensor([0.3, 0.0, 0.1, 0.0], dtype=torch.float64) / 0.4
-    torch.testing.assert_close(residual_distribution(p, q), expected, msg="residual != normalize(max(0, p - q))")
+    torch.testing.assert_close(residual_distribution(p, q), expected,
+                               msg="residual != normalize(max(0, p - q))")
 
 
 def test_residual_distribution_of_identical_distributions_falls_back_to_p():
@@ -69,7 +73,8 @@ def test_residual_distribution_of_identical_distributions_falls_back_to_p():
 
 
 def test_rejection_step_marginal_equals_the_target_exactly():
-    """One rejection step at one position, computed exactly: P(out=x) = q(x)min(1,p/q) + P(reject) r(x) = p(x)."""
+    """One rejection step at one position, computed exactly:
+    P(out=x) = q(x)min(1,p/q) + P(reject) r(x) = p(x)."""
     p = torch.tensor([0.1, 0.4, 0.2, 0.3, 0.0], dtype=torch.float64)
     q = torch.tensor([0.3, 0.1, 0.2, 0.1, 0.3], dtype=torch.float64)
     accept = torch.minimum(torch.ones_like(p), p / q)
