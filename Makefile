@@ -3,7 +3,8 @@
 #   make test        runs the test suite on both cores (unit tests, losslessness, scripts, notebooks, conformance
 #                    with transformers + the official dflash package, which only the tests install)
 #   make notebooks   opens the notebooks in Jupyter (after make demo: they read out/)
-# Each creates a local virtual environment in .venv on first use; demo installs only what it needs.
+# Each creates a local virtual environment in .venv on first use and installs the package into it, editable
+# (pyproject.toml holds the dependencies: demo installs only what it needs, test and notebooks their extras).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +17,7 @@ FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.
 UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d))
 
 # Bytecode is compiled as modules are first imported, into .venv/pycache, not for every file at install: the
-# demo and the tests import a fraction of torch and transformers (docs/experiments.md, "Minutes of make test").
+# demo and the tests import a fraction of torch and transformers (docs/log.md).
 # Where the environment sets PYTHONDONTWRITEBYTECODE (containers often do), every process would otherwise
 # recompile what it imports.
 unexport PYTHONDONTWRITEBYTECODE
@@ -24,26 +25,30 @@ export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
 .PHONY: demo test notebooks smoke clean
 
-$(BIN)/.installed: requirements.txt
+$(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv==0.13.9
-	$(UV) -r requirements.txt
+	$(UV) -e .
 	touch $@
 
 demo: $(BIN)/.installed
 	$(BIN)/python train_tiny.py
 	$(BIN)/python sample.py
 
-$(BIN)/.test-installed: $(BIN)/.installed requirements-test.txt
-	$(UV) -r requirements-test.txt
+# The official dflash package, for the conformance tests only, without its pinned dependencies: its model code
+# needs only torch and transformers (the test extra's)
+$(BIN)/.test-installed: $(BIN)/.installed
+	$(UV) -e '.[test]'
 	$(UV) --no-deps dflash==0.1.0
 	touch $@
 
+# The linter first (seconds), then the suite on both cores
 test: $(BIN)/.test-installed
+	$(BIN)/ruff check
 	$(BIN)/python -m pytest -q -n 2 tests
 
 notebooks: $(BIN)/.installed
-	$(UV) notebook matplotlib==3.11.2
+	$(UV) -e '.[notebooks]'
 	$(BIN)/jupyter notebook notebooks/
 
 smoke: $(BIN)/.installed
@@ -51,4 +56,4 @@ smoke: $(BIN)/.installed
 	$(BIN)/python sample.py --out out_smoke
 
 clean:
-	rm -rf out out_smoke .pytest_cache
+	rm -rf out out_smoke .pytest_cache nanodflash.egg-info
