@@ -4,7 +4,7 @@ Two corpora ship with CPython itself, so nothing is downloaded:
 - "stdlib" (the default): the source of the standard library's top-level modules, taken in name order
   (`__future__.py`, `_aix_support.py`, ... `argparse.py`, ...) until about a million characters.
   Code is where speculative decoding pays most (a code model's next tokens are often nearly certain):
-  at our tiny sizes it gives a higher τ than the prose corpus (docs/experiments.md).
+  at our tiny sizes it gives a higher τ than the prose corpus (docs/log.md).
 - "pydoc": Python's documentation topics (`pydoc_data.topics`, ~465K characters of English prose).
 Train/validation split is by interleaved chunks of tokens (every 10th chunk is validation), so
 validation covers every part of the corpus rather than the last module.

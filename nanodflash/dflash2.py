@@ -52,28 +52,29 @@ class GroupedDynamicCausalConv(nn.Module):
         if dim % group_size:
             raise ValueError(f"conv_group_size {group_size} must divide the width {dim}")
         self.kernel_size, self.group_size, self.block_size = kernel_size, group_size, block_size
-        self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, dim))      # [in, out] x taps x channels
+        self.base_kernel = nn.Parameter(torch.zeros(2, kernel_size, dim))    # [in, out] x taps x channels
         with torch.no_grad():
-            self.base_kernel[:, 0] = 1.0                                        # identity: tap 0 passes through
+            self.base_kernel[:, 0] = 1.0                                     # identity: tap 0 passes through
         self.kernel_projection = nn.Linear(dim, 2 * kernel_size * (dim // group_size), bias=False)
-        nn.init.zeros_(self.kernel_projection.weight)                          # no dynamic part at first
+        nn.init.zeros_(self.kernel_projection.weight)                        # no dynamic part at first
 
     def _convolve(self, x, w):
         """x (N, T, D) holding T/s blocks of s = min(T, block_size) slots; w (N*T/s, s, k, G, D/G), the taps
         (base + dynamic) of every slot: out_t = sum_j w[t, j] * x_{t-j}, zero before slot 0 of each block."""
         N, T, D = x.shape
         s = min(T, self.block_size)
-        blocks = x.reshape(N * T // s, s, -1, self.group_size)                 # (N, T, D) -> (N*T/s, s, G, D/G)
-        out = w[:, :, 0] * blocks                                               # tap 0: the slot itself
-        for j in range(1, min(self.kernel_size, s)):                            # tap j: the slot j to the left
+        blocks = x.reshape(N * T // s, s, -1, self.group_size)               # (N, T, D) -> (N*T/s, s, G, D/G)
+        out = w[:, :, 0] * blocks                                            # tap 0: the slot itself
+        for j in range(1, min(self.kernel_size, s)):                         # tap j: the slot j to the left
             out[:, j:] += w[:, j:, j] * blocks[:, :-j]
-        return out.reshape(N, T, D)                                             # (N*T/s, s, G, D/G) -> (N, T, D)
+        return out.reshape(N, T, D)                                          # (N*T/s, s, G, D/G) -> (N, T, D)
 
     def prepare(self, u):
         """u (N, T, D), the sublayer's pre-norm input -> (mixed input, the output taps for `finish`)."""
         N, T, D = u.shape
         s, k, G = min(T, self.block_size), self.kernel_size, D // self.group_size
-        dynamic = self.kernel_projection(u).view(N * T // s, s, 2, k, G, 1)     # (N, T, 2*k*G) -> per slot, in/out
+        # (N, T, 2*k*G) -> per slot, in/out
+        dynamic = self.kernel_projection(u).view(N * T // s, s, 2, k, G, 1)
         w = self.base_kernel.view(2, k, G, self.group_size) + dynamic          # (N*T/s, s, 2, k, G, D/G)
         return self._convolve(u, w[:, :, 0]), w[:, :, 1]
 
@@ -84,15 +85,17 @@ class GroupedDynamicCausalConv(nn.Module):
 def greedy_walk(cand, table):
     """DFlash 2's greedy walk: from the anchor, at each slot the best candidate after the one chosen before.
 
-    cand (n, K) and table (n, K, K) from `CandidateSelector.transition_table` -> tokens (n,); R blocks at once:
-    (R, n, K), (R, n, K, K) -> (R, n). The table holds every score, so the walk is n lookups (cheapest in
-    numpy). Example: with K = 2, table[0] = [[1, 3], [1, 3]] (after the anchor) and table[1] = [[5, 0], [0, 5]],
-    slot 1 takes candidate 1 (score 3), and slot 2 the best after it: candidate 1 again (score 5).
+    cand (n, K) and table (n, K, K) from `CandidateSelector.transition_table` -> tokens (n,);
+    R blocks at once: (R, n, K), (R, n, K, K) -> (R, n). The table holds every score, so the walk is
+    n lookups (cheapest in numpy). Example: with K = 2, table[0] = [[1, 3], [1, 3]] (after the anchor)
+    and table[1] = [[5, 0], [0, 5]], slot 1 takes candidate 1 (score 3), and slot 2 the best after it:
+    candidate 1 again (score 5).
     """
     lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
     scores = table.detach().cpu().reshape(-1, n, K, K).numpy()                   # (R, n, K, K)
     rows, i, path = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
-    for t in range(n):                                 # slot t: the best candidate after the one chosen before
+    # slot t: the best candidate after the one chosen before
+    for t in range(n):
         i = scores[rows, t, i].argmax(-1)
         path.append(i)
     index = torch.from_numpy(np.stack(path, -1) if path else np.zeros((len(scores), 0), dtype=np.int64))
@@ -118,8 +121,8 @@ class CandidateSelector(nn.Module):
         """Teacher-forced form: slot hidden (..., D), logits (..., V), predecessor ids (...)
         -> (candidates (..., K), scores (..., K))."""
         unary, cand = self.candidates(logits)
-        query = self.predecessor_codebook(prev) * self.hidden_projection(hidden)          # (..., r)
-        pair = (self.successor_codebook(cand) @ query.unsqueeze(-1)).squeeze(-1)          # (..., K, r) @ (..., r, 1)
+        query = self.predecessor_codebook(prev) * self.hidden_projection(hidden)   # (..., r)
+        pair = (self.successor_codebook(cand) @ query.unsqueeze(-1)).squeeze(-1)   # (..., K, r) @ (..., r, 1)
         return cand, unary + pair
 
     def transition_table(self, hidden, logits, anchor):
@@ -142,24 +145,24 @@ class CandidateSelector(nn.Module):
         Sampling (the rejection verifier): q_t covers the whole vocabulary, the selector's scores after the
         drawn predecessor on the K candidates and the drafter's logits on every other token, softmax at T
         (at high temperature much of the target's mass lies outside the top K, and a q that covers it accepts
-        more; docs/sampling.md). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its candidates after d_t
-        all the same (`scores`). Returns (tokens (n,), q (n, V) or None).
+        more; docs/sampling.md). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its
+        candidates after d_t all the same (`scores`). Returns (tokens (n,), q (n, V) or None).
         """
         temperature = getattr(rule, "temperature", 0.0)
         if temperature == 0 or not getattr(rule, "sample_drafts", False):
             return greedy_walk(cand, table), None
         cand, table = cand.cpu(), table.detach().cpu()
         n = cand.size(0)
-        u = torch.rand(n, generator=rule.generator, dtype=torch.float64)        # one uniform per slot
-        full = logits.detach().to("cpu", torch.float64, copy=True)             # (n, V), filled in slot by slot
-        tokens, i = [], 0                                                       # i: the predecessor's candidate
-        for t in range(n):                                                      # index (the anchor: row 0)
+        u = torch.rand(n, generator=rule.generator, dtype=torch.float64)   # one uniform per slot
+        full = logits.detach().to("cpu", torch.float64, copy=True)         # (n, V), filled in slot by slot
+        tokens, i = [], 0                                                  # i: the predecessor's candidate
+        for t in range(n):                                                 # index (the anchor: row 0)
             if i >= 0:
                 scores = table[t, i]
-            else:                                                               # after a non-candidate
+            else:                                                          # after a non-candidate
                 scores = self.scores(hidden[t], logits[t], torch.tensor(tokens[-1], device=hidden.device))[1]
             full[t, cand[t]] = scores.detach().to("cpu", torch.float64)
-            full[t] = torch.softmax(full[t] / temperature, dim=-1)              # (V,): q_t, in place of the logits
+            full[t] = torch.softmax(full[t] / temperature, dim=-1)         # (V,): q_t, in place of the logits
             tokens.append(int(inverse_cdf(full[t], u[t:t + 1])))
             hit = (cand[t] == tokens[-1]).nonzero()
             i = int(hit[0, 0]) if hit.numel() else -1
@@ -167,14 +170,18 @@ class CandidateSelector(nn.Module):
 
 
 class DFlash2Layer(DrafterLayer):
-    """A DFlash drafter layer with a convolution pair around attention and around the MLP (block slots only;
-    the injected context is never convolved). Both drafters' passes, training and inference, call this forward."""
+    """A DFlash drafter layer with a convolution pair around attention and around the MLP
+    (block slots only; the injected context is never convolved). Both drafters' passes, training and
+    inference, call this forward."""
 
     def add_convolutions(self, c):
-        """Attach the two convolutions (identity at first). DFlash2Drafter calls this after the drafter's random
-        init, which would otherwise overwrite their identity kernels. Names as in the official checkpoints."""
-        self.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
-        self.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size, c.block_size)
+        """Attach the two convolutions (identity at first). DFlash2Drafter calls this after the drafter's
+        random init, which would otherwise overwrite their identity kernels. Names as in the official
+        checkpoints."""
+        self.attention_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size,
+                                                       c.block_size)
+        self.mlp_conv = GroupedDynamicCausalConv(c.n_embd, c.conv_kernel_size, c.conv_group_size,
+                                                 c.block_size)
 
     def forward(self, x, ctx_k, ctx_v, cos, sin, mask):
         u, taps = self.attention_conv.prepare(self.input_layernorm(x))           # mix the block's slots in
@@ -221,18 +228,21 @@ class DFlash2Drafter(Drafter):
         hidden = self.hidden(features, input_ids, anchors)                       # (N, K, B, D)
         logits = self.target.lm_head(hidden)                                     # (N, K, B, V)
         labels = block_labels(input_ids, anchors, self.config.block_size)        # (N, K, B)
-        dflash = mix_soft(weighted_cross_entropy(logits, labels, weights), logits, soft, anchors, weights, soft_weight)
+        ce = weighted_cross_entropy(logits, labels, weights)
+        dflash = mix_soft(ce, logits, soft, anchors, weights, soft_weight)
         cand, scores = self.candidate_selector.scores(hidden[:, :, 1:], logits[:, :, 1:], labels[:, :, :-1])
         is_true = cand == labels[:, :, 1:, None]                                 # (N, K, B-1, top_k)
         found = is_true.any(-1)                                                  # (N, K, B-1)
-        index = is_true.float().argmax(-1)                                       # the true token's candidate index
+        index = is_true.float().argmax(-1)                                       # index of the true candidate
         selector = weighted_cross_entropy(scores, index, weights[1:], keep=found)
         if soft is not None and soft_weight:
             probs, ids = block_soft_targets(soft, anchors, self.config.block_size)   # (N, K, B, m) each
             p_cand, has = candidate_soft_targets(cand, probs[:, :, 1:], ids[:, :, 1:])   # (N, K, B-1, top_k)
             soft_sel = soft_cross_entropy(scores, p_cand.to(scores.dtype), weights[1:], keep=has)
             selector = (1 - soft_weight) * selector + soft_weight * soft_sel
-        pred = torch.cat([labels[:, :, :1], cand.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)], dim=2)
+        chosen = cand.gather(-1, scores.argmax(-1, keepdim=True)).squeeze(-1)
+        pred = torch.cat([labels[:, :, :1], chosen], dim=2)
         loss = dflash + self.config.selector_weight * selector
-        return loss, dict(logits=logits, labels=labels, pred=pred, loss=loss.detach(), dflash_loss=dflash.detach(),
-                          selector_loss=selector.detach(), recall=found.float().mean())
+        return loss, dict(logits=logits, labels=labels, pred=pred, loss=loss.detach(),
+                          dflash_loss=dflash.detach(), selector_loss=selector.detach(),
+                          recall=found.float().mean())

@@ -30,8 +30,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gpt import Block, KVCache
 from .distill import mix_soft, slot_mean
+from .gpt import Block, KVCache
 from .layers import RMSNorm, RopeTable
 
 
@@ -39,7 +39,8 @@ def default_target_layer_ids(n_target_layers, n_features):
     """The paper's rule: n=1 -> [L//2]; else round(1 + i*(L-4)/(n-1)), i = 0..n-1 (0-indexed layers).
 
     For targets too shallow for that rule to give n distinct layers (L - 4 < n - 1), we spread the n
-    layers evenly over all of them instead: round(i*(L-1)/(n-1)). Example: L=6, n=2 -> [1, 3]; L=4, n=2 -> [0, 3].
+    layers evenly over all of them instead: round(i*(L-1)/(n-1)).
+    Example: L=6, n=2 -> [1, 3]; L=4, n=2 -> [0, 3].
     """
     L, n = n_target_layers, n_features
     if not 1 <= n <= L:
@@ -93,7 +94,7 @@ class ContextCache(KVCache):
 
 
 class DrafterLayer(Block):
-    """A pre-norm transformer layer with KV injection: queries from the block, keys/values = [context ; block].
+    """A pre-norm transformer layer with KV injection: queries from the block, keys/values [context ; block].
 
     The context keys/values are the fused target features projected by this layer's own W_K, W_V (the same
     projections the block gets), computed by the caller: all of them at once in training, cached at inference.
@@ -148,21 +149,23 @@ class Drafter(nn.Module):
             raise ValueError(f"mask_token_id {c.mask_token_id} is not in the target's vocabulary")
         L = target.config.n_layer
         if not c.target_layer_ids or not all(0 <= i < L for i in c.target_layer_ids):
-            raise ValueError(f"target_layer_ids {c.target_layer_ids} must name at least one target layer, each in "
-                             f"0..{L - 1}; DrafterConfig.for_target(target.config, mask_id) picks them by the "
-                             "paper's rule")
+            raise ValueError(f"target_layer_ids {c.target_layer_ids} must name at least one target layer, "
+                             f"each in 0..{L - 1}; DrafterConfig.for_target(target.config, mask_id) "
+                             "picks them by the paper's rule")
         if c.block_size < 2 or c.n_layer < 1:
-            raise ValueError(f"need block_size >= 2 (an anchor and a draft) and n_layer >= 1, got {c.block_size} "
-                             f"and {c.n_layer}")
+            raise ValueError(f"need block_size >= 2 (an anchor and a draft) and n_layer >= 1, "
+                             f"got {c.block_size} and {c.n_layer}")
         object.__setattr__(self, "target", target)    # borrowed, frozen, and NOT one of our parameters
-        self.rope = RopeTable(target.config.max_seq_len + c.block_size, c.head_dim, c.rope_theta)  # + one block
+        # RoPE for the target's max_seq_len positions plus one block
+        self.rope = RopeTable(target.config.max_seq_len + c.block_size, c.head_dim, c.rope_theta)
         self.fc = nn.Linear(len(c.target_layer_ids) * c.n_embd, c.n_embd, bias=False)
         self.hidden_norm = RMSNorm(c.n_embd, c.norm_eps)
         self.layers = nn.ModuleList(self.new_layer(c) for _ in range(c.n_layer))
         self.norm = RMSNorm(c.n_embd, c.norm_eps)
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * c.n_layer) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+                residual_out = name.endswith(("o_proj.weight", "down_proj.weight"))
+                std = 0.02 / math.sqrt(2 * c.n_layer) if residual_out else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
 
     def new_layer(self, c):
@@ -206,7 +209,8 @@ class Drafter(nn.Module):
         DFlash conditions on the features alone.
         """
         if cache.length + features.size(1) > cache.max_len:
-            raise ValueError(f"drafter cache overflow: {cache.length + features.size(1)} positions > max_len={cache.max_len}")
+            raise ValueError(f"drafter cache overflow: {cache.length + features.size(1)} positions "
+                             f"> max_len={cache.max_len}")
         cache.pending.append(features)
         cache.length += features.size(1)
 
@@ -223,8 +227,8 @@ class Drafter(nn.Module):
             cache.write(i, start, k, v)
 
     def block_hidden(self, cache, block):
-        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D), one pass.
-        Every slot sees the whole context and the whole block; the block's K/V are not kept."""
+        """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> final hidden states (1, b, D),
+        in one pass. Every slot sees the whole context and the whole block; the block's K/V are not kept."""
         self.project_context(cache)
         n = cache.length
         x = self.target.embed_tokens(block)                                       # (1, b, D)
@@ -242,9 +246,12 @@ class Drafter(nn.Module):
         return block
 
     def draft(self, cache, anchor, n_draft, choose):
-        """Draft n_draft tokens after `anchor` in one forward. `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
+        """Draft n_draft tokens after `anchor` in one forward.
+
+        `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
         logits = self.block_logits(cache, self.mask_block(cache, anchor, n_draft))   # (1, n_draft+1, V)
-        return choose(logits[0, 1:])                                             # slot 0 (the anchor) predicts nothing
+        # slot 0 (the anchor) predicts nothing
+        return choose(logits[0, 1:])
 
     # ---------------- training: K blocks per sequence in one forward ----------------
 
@@ -257,9 +264,9 @@ class Drafter(nn.Module):
         N, S, _ = features.shape
         K, B = anchors.size(1), self.config.block_size
         context = self.context_kv(features, torch.arange(S, device=features.device))   # every position
-        x, cos, sin = self.training_blocks(input_ids, anchors)                   # (N, K*B, D), (N, 1, K*B, hd)
-        mask = training_mask(anchors, S, B).unsqueeze(1)                         # (N, 1, K*B, S+K*B)
-        return self.block_pass(x, cos, sin, context, mask).view(N, K, B, -1)     # (N, K*B, D) -> (N, K, B, D)
+        x, cos, sin = self.training_blocks(input_ids, anchors)                  # (N, K*B, D), (N, 1, K*B, hd)
+        mask = training_mask(anchors, S, B).unsqueeze(1)                        # (N, 1, K*B, S+K*B)
+        return self.block_pass(x, cos, sin, context, mask).view(N, K, B, -1)    # (N, K*B, D) -> (N, K, B, D)
 
     def training_blocks(self, input_ids, anchors):
         """The K blocks [x_a, MASK, ..., MASK] of every sequence, embedded: (N, K*B, D), and their RoPE."""
@@ -280,7 +287,8 @@ class Drafter(nn.Module):
         (N, K, B) the tokens the drafter would draft given the true tokens before them (here the argmax)."""
         logits = self(features, input_ids, anchors)                               # (N, K, B, V)
         labels = block_labels(input_ids, anchors, self.config.block_size)
-        loss = mix_soft(weighted_cross_entropy(logits, labels, weights), logits, soft, anchors, weights, soft_weight)
+        ce = weighted_cross_entropy(logits, labels, weights)
+        loss = mix_soft(ce, logits, soft, anchors, weights, soft_weight)
         return loss, dict(logits=logits, labels=labels, pred=logits.argmax(-1), loss=loss.detach())
 
 
@@ -291,8 +299,8 @@ def block_labels(input_ids, anchors, block_size):
 
 
 def weighted_cross_entropy(logits, labels, weights, keep=None):
-    """sum_k w_k CE(logits_k, labels_k) / sum_k w_k over slots (..., B); `keep` (bool, like labels) leaves slots out.
+    """sum_k w_k CE(logits_k, labels_k) / sum_k w_k over slots (..., B).
 
-    logits (..., B, C), labels (..., B), weights (B,)."""
+    logits (..., B, C), labels (..., B), weights (B,); `keep` (bool, like labels) leaves slots out."""
     ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
     return slot_mean(ce, weights, keep)

@@ -3,7 +3,7 @@
 The target's p is the transformed distribution (what plain sampling draws from). A drafter's q, for the
 rejection verifier, is its own softmax at the same temperature, untruncated (DraftRule): the verifier makes
 the output exact for ANY q that the drafts are really drawn from, and truncating q did not bring it closer to
-p (per-slot sum min(p, q), docs/experiments.md).
+p (per-slot sum min(p, q), docs/log.md).
 temperature == 0 means greedy: the distribution is one-hot on the argmax.
 """
 

@@ -23,13 +23,14 @@ from .sampling import DraftRule, check_sampling_args, next_token, probs_from_log
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
-NO_DRAFTS = torch.zeros(0, dtype=torch.long)     # a step without drafts: a plain decoding step inside the loop
+# a step without drafts: a plain decoding step inside the loop
+NO_DRAFTS = torch.zeros(0, dtype=torch.long)
 
 
 @dataclass
 class SpecStats:
-    acceptance_lengths: list = field(default_factory=list)  # tokens emitted per draft+verify step (bonus included)
-    accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (the rest: the bonus)
+    acceptance_lengths: list = field(default_factory=list)  # tokens emitted per step (bonus included)
+    accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (not the bonus)
     block_sizes: list = field(default_factory=list)         # anchor + drafts of each step
     target_forwards: int = 1                                # the prefill + one verify per step
     draft_time: float = 0.0                                 # seconds in the drafter (extend + draft)
@@ -114,7 +115,8 @@ def prefill(target, drafter, prompt, cache, dcache, sampling, generator):
 def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
              stop_token_ids=None, generator=None):
     """Plain decoding with the KV cache: one target forward per generated token."""
-    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
+                                  stop_token_ids)
     cache = target.new_cache(1, prompt.size(1) + max_new_tokens)     # only what this request needs
     logits, _ = target(prompt, cache)
     out = []
@@ -133,7 +135,7 @@ def verify_block(verifier, drafts, q, target_logits, temperature, top_k, top_p, 
         return 0, int(next_token(target_logits[0], temperature, top_k, top_p, generator))
     if temperature == 0:
         return greedy_verify(drafts, target_logits)
-    p = probs_from_logits(target_logits, temperature, top_k, top_p)          # (b, V) the target's distributions
+    p = probs_from_logits(target_logits, temperature, top_k, top_p)    # (b, V) the target's distributions
     if callable(verifier):
         return verifier(drafts, q, p, generator)
     if verifier == "match":
@@ -154,9 +156,12 @@ def draft_rule(verifier, temperature, generator):
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                          top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
-    verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md) or "match"."""
-    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
-    sizer = block_sizes(block_size, drafter.config.block_size)                  # fixed, or "auto" (block_policy.py)
+    verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md)
+    or "match"."""
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
+                                  stop_token_ids)
+    # the block size: fixed, or "auto" (block_policy.py)
+    sizer = block_sizes(block_size, drafter.config.block_size)
     choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
@@ -180,7 +185,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
             new = step_tokens(drafts[:n_acc].tolist(), bonus, left, stops)
             cache.crop(start + len(new))
         with stats.timer("draft_time"):
-            drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])   # verified positions -> context
+            # verified positions -> context
+            drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])
         out += new
         sizer.update(b - 1, n_acc)
         stats.record(b, len(new), min(n_acc, len(new)))                        # a stop may cut the bonus off

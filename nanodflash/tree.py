@@ -38,7 +38,8 @@ from .sampling import probs_from_logits, sample
 from .speculative import SpecStats, check_request, finished, prefill, step_tokens
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
-TREE_TEMPERATURE = 0.5  # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
+# path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
+TREE_TEMPERATURE = 0.5
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Tree:
     """Node 0 is the anchor (the root); nodes 1..N are drafts, every parent before its children."""
     tokens: list            # (N+1,) token ids, tokens[0] = anchor
     parent: list            # (N+1,) parent node, parent[0] = -1
-    depth: list             # (N+1,) depth[0] = 0; a node at depth d is a draft for the d-th token after the anchor
+    depth: list             # (N+1,) depth[0] = 0; a node at depth d drafts the d-th token after the anchor
     score: list             # (N+1,) the drafter's log-probability of the root-to-node path
     children: list = field(default_factory=list)   # (N+1,) {token: child node}
 
@@ -67,18 +68,19 @@ class TreeStats(SpecStats):
 
 
 def slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature=TREE_TEMPERATURE):
-    """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K): logp[t, i, c] = log-prob of
-    candidate c at slot t+1 after candidate i of slot t (for t = 0, after the anchor: every row the same),
-    a softmax of the drafter's scores / tree_temperature."""
-    block = drafter.mask_block(dcache, anchor, n_draft)                          # (1, n+1) [anchor, MASK, ...]
+    """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K):
+    logp[t, i, c] = log-prob of candidate c at slot t+1 after candidate i of slot t (for t = 0, after the
+    anchor: every row the same), a softmax of the drafter's scores / tree_temperature."""
+    block = drafter.mask_block(dcache, anchor, n_draft)                       # (1, n+1) [anchor, MASK, ...]
     selector = getattr(drafter, "candidate_selector", None)
-    if selector is not None:                                                     # DFlash 2: the transition table
-        hidden = drafter.block_hidden(dcache, block)[0, 1:]                      # (n, D)
+    if selector is not None:                                                  # DFlash 2: the transition table
+        hidden = drafter.block_hidden(dcache, block)[0, 1:]                   # (n, D)
         cand, table = selector.transition_table(hidden, drafter.target.lm_head(hidden), anchor)
         return cand.cpu(), (table.detach().cpu() / tree_temperature).log_softmax(-1)   # (n, K), (n, K, K)
-    logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()          # (n, V) DFlash 1: marginals
-    logp, cand = (logits / tree_temperature).log_softmax(-1).topk(min(DFLASH1_TOP_K, logits.size(-1)), dim=-1)   # (n, K) each
-    return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                   # the same row for any parent
+    logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()        # (n, V) DFlash 1: marginals
+    k = min(DFLASH1_TOP_K, logits.size(-1))
+    logp, cand = (logits / tree_temperature).log_softmax(-1).topk(k, dim=-1)  # (n, K) each
+    return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                # the same row for any parent
 
 
 def build_tree(anchor, cand, logp, tree_nodes, branching=None):
@@ -88,14 +90,15 @@ def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     heap when its previous sibling (or, for a first child, its parent) is taken, so each step pushes <= 2."""
     n, K = cand.shape
     branching = min(branching or K, K)
-    order = logp.argsort(-1, descending=True)                                    # (n, K, K) children, best first
-    ranked = logp.gather(-1, order).tolist()                                     # their log-probs, same order
+    order = logp.argsort(-1, descending=True)                                 # (n, K, K) children, best first
+    ranked = logp.gather(-1, order).tolist()                                  # their log-probs, same order
     order, cand = order.tolist(), cand.tolist()
     tree = Tree([anchor], [-1], [0], [0.0], [{}])
-    heap = [(-ranked[0][0][0], 0, 0, 0, 0)] if n else []   # (-path score, parent node, slot, parent's row, rank)
+    # heap entries: (-path score, parent node, slot, parent's row, rank)
+    heap = [(-ranked[0][0][0], 0, 0, 0, 0)] if n else []
     while heap and len(tree) <= tree_nodes:
         neg, parent, t, row, r = heapq.heappop(heap)
-        c = order[t][row][r]                                                     # the candidate index in slot t
+        c = order[t][row][r]                                                  # the candidate index in slot t
         node = len(tree)
         tree.tokens.append(cand[t][c])
         tree.parent.append(parent)
@@ -103,14 +106,15 @@ def build_tree(anchor, cand, logp, tree_nodes, branching=None):
         tree.score.append(-neg)
         tree.children.append({})
         tree.children[parent][cand[t][c]] = node
-        if r + 1 < branching:                                                    # the next sibling
+        if r + 1 < branching:                                                 # the next sibling
             heapq.heappush(heap, (-(tree.score[parent] + ranked[t][row][r + 1]), parent, t, row, r + 1))
-        if t + 1 < n:                                                            # the first child
+        if t + 1 < n:                                                         # the first child
             heapq.heappush(heap, (-(tree.score[node] + ranked[t + 1][c][0]), node, t + 1, c, 0))
     return tree
 
 
-def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None, tree_temperature=TREE_TEMPERATURE):
+def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None,
+               tree_temperature=TREE_TEMPERATURE):
     """A tree of at most tree_nodes drafts, at most n_draft deep, from one drafter pass."""
     if n_draft == 0 or tree_nodes == 0:
         return Tree([anchor], [-1], [0], [0.0], [{}])
@@ -122,8 +126,9 @@ def tree_mask(parent):
     """parent (N+1,) -> bool (N+1, N+1): mask[i, j] = node j is node i or one of its ancestors."""
     n = len(parent)
     mask = torch.zeros(n, n, dtype=torch.bool)
-    for i in range(n):                                                           # parents come first: copy their
-        if parent[i] >= 0:                                                       # row, add the node itself
+    # parents come first: copy their row, add the node itself
+    for i in range(n):
+        if parent[i] >= 0:
             mask[i] = mask[parent[i]]
         mask[i, i] = True
     return mask
@@ -159,10 +164,10 @@ def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator
 
 
 def keep_path(cache, start, path):
-    """Move the K/V of the path's nodes (cache positions start + node) to start + 0, 1, ..., crop after them."""
+    """Move the K/V of the path's nodes (positions start + node) to start + 0, 1, ..., crop after them."""
     nodes = torch.tensor(path, device=cache.k.device) + start
-    cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]          # (L, 1, Hkv, len(path), hd); the
-    cache.v[:, :, :, start:start + len(path)] = cache.v[:, :, :, nodes]          # index copies before it writes
+    cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]   # (L, 1, Hkv, len(path), hd); the
+    cache.v[:, :, :, start:start + len(path)] = cache.v[:, :, :, nodes]   # index copies before it writes
     cache.crop(start + len(path))
 
 
@@ -172,9 +177,11 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
                               tree_temperature=TREE_TEMPERATURE):
     """DFlash with tree verification: one drafter pass builds a tree of <= tree_nodes drafts, one target pass
     verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
-    branching: at most this many children per node (None: the candidates per slot, K). tree_temperature: the
-    drafter's scores are divided by it before the softmax that ranks paths (shapes the tree, never the output)."""
-    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids)
+    branching: at most this many children per node (None: the candidates per slot, K).
+    tree_temperature: the drafter's scores are divided by it before the softmax that ranks paths
+    (shapes the tree, never the output)."""
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
+                                  stop_token_ids)
     window = target.config.max_seq_len
     room = max(1, window - prompt.size(1) - 1)                  # the first verify: prompt + anchor + tree
     if isinstance(tree_nodes, bool) or int(tree_nodes) != tree_nodes or not 1 <= tree_nodes <= room:
@@ -187,21 +194,22 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         raise ValueError(f"tree_temperature must be > 0 and finite, got {tree_temperature!r}")
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens
-    cache = target.new_cache(1, min(window, n_max + tree_nodes))               # room for the tree's scratch
+    cache = target.new_cache(1, min(window, n_max + tree_nodes))             # room for the tree's scratch
     dcache = drafter.new_cache(n_max)
     stats = TreeStats(target_cache=cache, draft_cache=dcache)
     with stats.timer("prefill_time"):
         out = [prefill(target, drafter, prompt, cache, dcache, (temperature, top_k, top_p), generator)]
     while not finished(out, max_new_tokens, stops):
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
-        n_nodes = min(tree_nodes, cache.max_len - start - 1)                  # near the window: a smaller tree
+        n_nodes = min(tree_nodes, cache.max_len - start - 1)                 # near the window: a smaller tree
         with stats.timer("draft_time"):
             tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching, tree_temperature)
         with stats.timer("verify_time"):
-            logits, feats = verify_tree(target, cache, tree, ids)             # (N+1, V), one target pass
+            logits, feats = verify_tree(target, cache, tree, ids)            # (N+1, V), one target pass
             path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
             new = step_tokens([tree.tokens[i] for i in path[1:]], bonus, left, stops)
-            keep = path[: len(new)]                         # the anchor and the accepted drafts, moved into place
+            # the anchor and the accepted drafts, moved into place
+            keep = path[: len(new)]
             keep_path(cache, start, keep)
         with stats.timer("draft_time"):
             kept = torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device)   # (1, len(keep))

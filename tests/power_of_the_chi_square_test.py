@@ -1,6 +1,6 @@
 """How subtle a verifier fault the chi-square test of test_sampling_exact.py catches, by sample count.
 
-    python tests/power_of_the_chi_square_test.py                 # the table in docs/experiments.md
+    python tests/power_of_the_chi_square_test.py                 # the table in docs/log.md
     python tests/power_of_the_chi_square_test.py --samples 300,600 --seeds 20
 
 Not a test: a measurement of the tests. Each fault is a rejection verifier that is wrong by a chosen amount;
