@@ -1,10 +1,11 @@
 """Batched decoding (batch.py): every row is what batch 1 gives for that prompt alone.
 
 Greedy: token-identical to `generate` of the prompt alone, for batches of 1-8 prompts of 1-40 tokens, every
-block size, DFlash and DFlash 2 and an oracle drafter (full, partial and zero acceptance in one step), with rows
-that stop at different steps. Sampling: each row has exactly the target's distribution (chi-square against
-enumeration, as in test_sampling_exact.py; a deliberately wrong verifier must fail the same test). The ragged
-caches hold, row by row, what a fresh batch-1 cache of that row's tokens holds. Bad input names the row.
+block size, DFlash and DFlash 2 and an oracle drafter (full, partial and zero acceptance in one step), with
+rows that stop at different steps. Sampling: each row has exactly the target's distribution (chi-square
+against enumeration, as in test_sampling_exact.py; a deliberately wrong verifier must fail the same test).
+The ragged caches hold, row by row, what a fresh batch-1 cache of that row's tokens holds. Bad input
+names the row.
 """
 
 import pytest
@@ -64,12 +65,14 @@ def test_generate_batch_rows_equal_generate_of_each_prompt_alone(target, refs):
     stops = stops_for(refs)
     expected = [generate(target, p, NEW, stop_token_ids=stops) for p in PROMPTS]
     assert len({len(e) for e in expected}) > 2, "the stop tokens should end rows at different steps"
-    assert generate_batch(target, PROMPTS, NEW, stop_token_ids=stops) == expected, "rows with stop tokens diverged"
+    assert generate_batch(target, PROMPTS, NEW, stop_token_ids=stops) == expected, \
+        "rows with stop tokens diverged"
 
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 @pytest.mark.parametrize("kind", ["dflash", "dflash2", "oracle"])
-def test_greedy_speculative_batch_rows_equal_generate_of_each_prompt_alone(target, drafters, refs, kind, block_size):
+def test_greedy_speculative_batch_rows_equal_generate_of_each_prompt_alone(target, drafters, refs, kind,
+                                                                           block_size):
     stops = stops_for(refs)
     stopped = [generate(target, p, NEW, stop_token_ids=stops) for p in PROMPTS]
     mixed = []                                                  # steps with full, partial and zero acceptance
@@ -81,11 +84,14 @@ def test_greedy_speculative_batch_rows_equal_generate_of_each_prompt_alone(targe
             out, stats = speculative_generate_batch(*args, block_size=block_size, stop_token_ids=stop)
         want = (stopped if stop else refs)[:n]
         bad = [i for i in range(n) if out[i] != want[i]]
-        assert not bad, f"{kind} B={block_size}, {n} prompts, stops={stop}: rows {bad} differ from generate alone"
+        assert not bad, \
+            f"{kind} B={block_size}, {n} prompts, stops={stop}: rows {bad} differ from generate alone"
         for i, s in enumerate(stats.rows):
             assert len(out[i]) == 1 + sum(s.acceptance_lengths), f"row {i}: stats miss emitted tokens"
-        steps = [[(s.acceptance_lengths[k], s.block_sizes[k]) for s in stats.rows if len(s.acceptance_lengths) > k]
-                 for k in range(len(stats.batch_rows))]              # rows leave only when done: step k is row's k-th
+        # rows leave only when done: step k is row's k-th
+        steps = [[(s.acceptance_lengths[k], s.block_sizes[k]) for s in stats.rows
+                  if len(s.acceptance_lengths) > k]
+                 for k in range(len(stats.batch_rows))]
         mixed += [st for st in steps if any(a == b for a, b in st) and any(1 < a < b for a, b in st)
                   and any(a == 1 < b for a, b in st)]
     if kind == "oracle" and block_size in (8, 16):
@@ -99,7 +105,7 @@ def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target
     batch.prefill()
     for _ in range(3):
         batch.step()
-    sizes = [16, 3, 1, 16, 7, 2, 16, 9]                            # rows using fewer slots than the block's 16
+    sizes = [16, 3, 1, 16, 7, 2, 16, 9]  # rows using fewer slots than the block's 16
     drafts, _ = batch.draft(16, sizes)
     for i, r in enumerate(batch.rows):
         context = batch.prompts[r] + batch.outs[r][:-1]
@@ -107,7 +113,8 @@ def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target
         _, feats = target(torch.tensor([context]), layer_ids=drafter.config.target_layer_ids)
         drafter.extend(cache, feats)
         alone, _ = drafter.draft(cache, batch.outs[r][-1], sizes[i] - 1, DraftRule(0.0))
-        assert torch.equal(drafts[i], alone), f"{kind} row {i}: batched drafts {drafts[i].tolist()} != {alone.tolist()}"
+        assert torch.equal(drafts[i], alone), \
+            f"{kind} row {i}: batched drafts {drafts[i].tolist()} != {alone.tolist()}"
 
 
 class Cycle:
@@ -125,11 +132,12 @@ class Cycle:
 
 
 @pytest.mark.parametrize("schedule", ["B=8", "plain steps between drafts, rows stopping"])
-def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens(target, drafters, refs, schedule):
+def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens(target, drafters, refs,
+                                                                                 schedule):
     drafter = drafters["dflash2"]
     if schedule == "B=8":
         batch, n_steps = OracleBatch(target, drafter, PROMPTS, NEW, block_size=8, seed=3), 3
-    else:                                                       # queued plain-step context, rows leaving meanwhile
+    else:  # queued plain-step context, rows leaving meanwhile
         batch, n_steps = OracleBatch(target, drafter, PROMPTS, NEW, stop_token_ids=stops_for(refs), seed=4), 9
         batch.sizer = Cycle([1, 1, 6, 1, 1, 1, 3])
     batch.prefill()
@@ -139,21 +147,24 @@ def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens
         batch.step()
     assert len(batch.rows) > 2, "too few rows left to compare"
     if schedule != "B=8":
-        assert batch.rows != sorted(batch.rows), "no live row moved into a finished row's place: compaction untested"
-    batch.flush_context()                                               # (plain steps queue the drafter's context)
+        assert batch.rows != sorted(batch.rows), \
+            "no live row moved into a finished row's place: compaction untested"
+    batch.flush_context()                                       # (plain steps queue the drafter's context)
     for i, r in enumerate(batch.rows):
-        tokens = batch.prompts[r] + batch.outs[r][:-1]                  # verified; the last (bonus) is not fed yet
+        tokens = batch.prompts[r] + batch.outs[r][:-1]          # verified; the last (bonus) is not fed yet
         n = len(tokens)
         assert batch.cache.lengths[i] == n, f"row {i}: target cache length {batch.cache.lengths[i]} != {n}"
         fresh = target.new_cache(1, 128)
         _, feats = target(torch.tensor([tokens]), fresh, layer_ids=drafter.config.target_layer_ids)
         for name in ("k", "v"):
-            torch.testing.assert_close(getattr(batch.cache, name)[:, i, :, :n], getattr(fresh, name)[:, 0, :, :n],
-                                       rtol=0, atol=1e-10, msg=f"row {i}: target cache {name} != a fresh prefill's")
+            torch.testing.assert_close(getattr(batch.cache, name)[:, i, :, :n],
+                                       getattr(fresh, name)[:, 0, :, :n], rtol=0, atol=1e-10,
+                                       msg=f"row {i}: target cache {name} != a fresh prefill's")
         dfresh = drafter.new_cache(128)
         drafter.extend(dfresh, feats)
         drafter.project_context(dfresh)
-        assert batch.dcache.lengths[i] == n, f"row {i}: drafter context length {batch.dcache.lengths[i]} != {n}"
+        assert batch.dcache.lengths[i] == n, \
+            f"row {i}: drafter context length {batch.dcache.lengths[i]} != {n}"
         torch.testing.assert_close(batch.dcache.k[:, i, :, :n], dfresh.k[:, 0, :, :n], rtol=0, atol=1e-10,
                                    msg=f"row {i}: drafter context K != projecting the row's features at once")
 
@@ -162,12 +173,14 @@ def test_finished_rows_leave_the_batch(target, drafters, refs):
     stops = [refs[0][0]]                                              # row 0 stops at its first token
     batch = SpecBatch(target, drafters["dflash"], PROMPTS[:3], NEW, block_size=4, stop_token_ids=stops)
     out, stats = batch.run()
-    assert out[0] == [refs[0][0]] and stats.rows[0].acceptance_lengths == [], "row 0 should stop at the prefill"
-    assert stats.batch_rows[0] == 3 - sum(refs[i][0] in stops for i in range(3)), "a finished row stayed in the batch"
+    assert out[0] == [refs[0][0]] and stats.rows[0].acceptance_lengths == [], \
+        "row 0 should stop at the prefill"
+    assert stats.batch_rows[0] == 3 - sum(refs[i][0] in stops for i in range(3)), \
+        "a finished row stayed in the batch"
     assert stats.batch_rows == sorted(stats.batch_rows, reverse=True), "the batch never grows back"
 
 
-# ----------------------------------------------------------------------------- sampling: exact distributions
+# ----------------------------------------------------------------------- sampling: exact distributions
 
 V, H, N = 4, 4, 2000
 SAMPLE_PROMPTS = [[1, 2], [3], [0, 3, 1]]                             # rows that differ
@@ -182,7 +195,8 @@ EXACT = {}
 
 
 def exact(target, prompt, temperature, top_p):
-    """{output: probability} under plain sampling from the target, by enumerating all V^H outputs (memoised)."""
+    """{output: probability} under plain sampling from the target, by enumerating all V^H outputs
+    (memoised)."""
     key = (id(target), tuple(prompt), temperature, top_p)
     if key not in EXACT:
         EXACT[key] = exact_distribution(target, temperature, None, top_p, prompt)
@@ -209,7 +223,8 @@ def assert_target_distribution(counts, target, temperature, top_p, what):
 
 def test_sampled_generate_batch_rows_have_exactly_the_targets_distribution(small):
     target, _ = small
-    counts = batch_counts(lambda ps, g: generate_batch(target, ps, H, temperature=0.8, top_p=0.9, generator=g))
+    counts = batch_counts(lambda ps, g: generate_batch(target, ps, H, temperature=0.8, top_p=0.9,
+                                                       generator=g))
     assert_target_distribution(counts, target, 0.8, 0.9, "generate_batch T=0.8 top_p=0.9")
 
 
@@ -219,12 +234,13 @@ def test_sampled_speculative_batch_rows_have_exactly_the_targets_distribution(sm
     lengths = []
 
     def run(prompts, g):
-        out, stats = speculative_generate_batch(target, drafter, prompts, H, block_size=block_size, temperature=1.0,
-                                                verifier=verifier, generator=g)
+        out, stats = speculative_generate_batch(target, drafter, prompts, H, block_size=block_size,
+                                                temperature=1.0, verifier=verifier, generator=g)
         lengths.extend(a for s in stats.rows for a in s.acceptance_lengths)
         return out
     counts = batch_counts(run)
-    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), "both acceptance and rejection must occur"
+    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), \
+        "both acceptance and rejection must occur"
     assert_target_distribution(counts, target, 1.0, None, f"{verifier} B={block_size}")
 
 
@@ -243,26 +259,31 @@ def test_a_deliberately_wrong_verifier_fails_the_same_batched_test(small):
         assert_target_distribution(counts, target, 1.0, None, "always_accept")
 
 
-# ----------------------------------------------------------------------------- the batch block size, bad input
+# ----------------------------------------------------------------------- the batch block size, bad input
 
 def test_auto_block_size_drafts_less_as_the_batch_grows_and_not_at_all_when_drafts_fail():
     sizer = BatchBlockSize(16)
     sizer.accepted, sizer.reached = [0.9 * 100] * 15, [100.0] * 15  # a drafter right 90% of the time
     by_rows = [sizer.next_for(r) for r in (1, 4, 16, 32)]
-    assert by_rows == sorted(by_rows, reverse=True) and by_rows[0] > by_rows[-1], f"blocks by batch size: {by_rows}"
+    assert by_rows == sorted(by_rows, reverse=True) and by_rows[0] > by_rows[-1], \
+        f"blocks by batch size: {by_rows}"
     sizer.accepted = [0.05 * 100] * 15
-    assert [sizer.next_for(r) for r in (1, 32)] == [1, 1], "drafts that are never accepted should not be drafted"
-    assert step_cost(4, 16) > step_cost(4, 1) and step_cost(32, 4) > step_cost(8, 4), "costs grow with rows and tokens"
+    assert [sizer.next_for(r) for r in (1, 32)] == [1, 1], \
+        "drafts that are never accepted should not be drafted"
+    assert step_cost(4, 16) > step_cost(4, 1) and step_cost(32, 4) > step_cost(8, 4), \
+        "costs grow with rows and tokens"
 
 
 def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
     d = drafters["dflash"]
-    for fn in (lambda ps, n: generate_batch(target, ps, n), lambda ps, n: speculative_generate_batch(target, d, ps, n)):
+    for fn in (lambda ps, n: generate_batch(target, ps, n),
+               lambda ps, n: speculative_generate_batch(target, d, ps, n)):
         with pytest.raises(ValueError, match="batch is empty"):
             fn([], 5)
         with pytest.raises(ValueError, match="prompt 1 of the batch: the prompt is empty"):
             fn([[1, 2], [], [3]], 5)
-        with pytest.raises(ValueError, match=r"prompt 2 of the batch: prompt \(100 tokens\) \+ max_new_tokens \(30\)"):
+        with pytest.raises(ValueError,
+                           match=r"prompt 2 of the batch: prompt \(100 tokens\) \+ max_new_tokens \(30\)"):
             fn([[1], [2] * 10, [3] * 100], 30)
     with pytest.raises(ValueError, match="block_size must be"):
         speculative_generate_batch(target, d, [[1]], 5, block_size=17)
