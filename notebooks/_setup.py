@@ -1,34 +1,35 @@
-"""What every notebook does first: find the repository, load a run's checkpoints, and pick code prompts.
+"""What every notebook does first: load a run's checkpoints, and pick code prompts.
 
     from _setup import load_run, code_prompt, held_out_prompts
     tok, target, drafter, data, OUT = load_run()
 
 Checkpoints come from $NANODFLASH_OUT (what `python train_tiny.py --out DIR` wrote), default <repo>/out.
 When that folder has none, smoke-sized ones are trained next to it (in DIR_smoke, never *into* DIR:
-train_tiny.py skips stages whose checkpoints exist, so toy ones in out/ would stand in for a real run later).
+train_tiny.py skips stages whose checkpoints exist, so toy ones in out/ would stand in for a real run later),
+by running `train_tiny.py --smoke`. nanodflash itself is imported as an installed package (`make notebooks`
+installs it editable).
 
 Prompts: the default corpus is Python standard-library *source*, so the target is a code model and every
 prompt here is code, either hand-written (`code_prompt`, which refuses prose) or held-out from the
 validation split (`held_out_prompts`: the corpus prompts of the generated held-out sequences in data.pt).
-A run trained on another corpus (train_tiny.py --data, recorded in its run.json) gets prompts from that corpus:
-`code_prompt` then returns a validation prompt of it instead of the hand-written code.
+A run trained on another corpus (train_tiny.py --data, recorded in its run.json) gets prompts from that
+corpus: `code_prompt` then returns a validation prompt of it instead of the hand-written code.
 """
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))                 # so that `import nanodflash` and `import train_tiny` work
+import torch
 
-import torch                                       # noqa: E402
+import nanodflash
+from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
+from nanodflash.data import DEFAULT_CORPUS, val_prompts
+from nanodflash.tools.cli import DECODE_THREADS
 
-import nanodflash                                  # noqa: E402
-from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus   # noqa: E402
-from nanodflash.data import DEFAULT_CORPUS, val_prompts                  # noqa: E402
-from nanodflash.tools.cli import DECODE_THREADS    # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
 
 FILES = ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt")
 CORPUS = DEFAULT_CORPUS     # the corpus of the run load_run() loaded (its run.json's), for code_prompt
@@ -51,11 +52,12 @@ def code_prompt(tok, text):
     trained on another corpus: a validation prompt of that corpus, as long as `text`, instead."""
     if CORPUS != DEFAULT_CORPUS:
         n = len(tok.encode_ordinary(text))
-        print(f"this run was trained on {CORPUS}, not Python source: a {n}-token prompt from its validation split "
-              f"stands in for {text!r}")
+        print(f"this run was trained on {CORPUS}, not Python source: a {n}-token prompt from its validation "
+              f"split stands in for {text!r}")
         return val_prompts(tok, 1, n, seed=0, data=CORPUS)[0]
     if not looks_like_code(text):
-        raise ValueError(f"{text!r} reads like prose; the default target learned Python source: prompt it with code")
+        raise ValueError(f"{text!r} reads like prose; the default target learned Python source: prompt it "
+                         "with code")
     return tok.encode_ordinary(text)
 
 
@@ -76,11 +78,21 @@ def find_out():
     if has_checkpoints(out):
         return out
     smoke = out.with_name(out.name + "_smoke")
-    print(f"no checkpoints in {out}: using smoke-sized ones in {smoke} (the smoke target may just repeat one token)")
+    print(f"no checkpoints in {out}: using smoke-sized ones in {smoke} (the smoke target may just repeat one "
+          "token)")
     if not has_checkpoints(smoke):
-        import train_tiny
-        train_tiny.main(["--smoke", "--out", str(smoke)])
+        train_smoke(smoke)
     return smoke
+
+
+def train_smoke(folder):
+    """`python train_tiny.py --smoke --out folder`, its output printed here (a notebook shows it in the
+    cell)."""
+    run = subprocess.run([sys.executable, str(ROOT / "train_tiny.py"), "--smoke", "--out", str(folder)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(run.stdout, end="")
+    if run.returncode:
+        raise RuntimeError(f"train_tiny.py --smoke --out {folder} failed (exit status {run.returncode})")
 
 
 def n_params(module):

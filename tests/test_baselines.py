@@ -3,17 +3,17 @@ with the DFlash recipe) and the no-feature DFlash ablation (provably blind to th
 with either keeps the target's distribution: test_sampling_kinds.py."""
 
 import shutil
-import sys
 
 import pytest
 import torch
 
-from helpers import ROOT, tiny_drafter, tiny_target
-from nanodflash.tools import baselines, bench, bench_extras
-from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
+from helpers import tiny_drafter, tiny_target
+from nanodflash.pipeline import recipe
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools.timing import DraftForwardCounter
+from nanodflash.tools import baselines, bench, bench_sections
+from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
+from nanodflash.tools.measure import DraftForwardCounter
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 
 GREEDY = DraftRule(0.0)
@@ -30,7 +30,8 @@ def trained():
     """A peaked target, its own greedy continuations, and an AR drafter trained briefly on them."""
     target = tiny_target(seed=4, head_scale=8.0)
     ids = torch.randint(0, 62, (2000,), generator=torch.Generator().manual_seed(1))
-    seqs = generate_sequences(target, ids, n_seqs=72, prompt_len=4, gen_len=36, batch_size=72, log=lambda *_: None)
+    seqs = generate_sequences(target, ids, n_seqs=72, prompt_len=4, gen_len=36, batch_size=72,
+                              log=lambda *_: None)
     drafter = ar_drafter(target, seed=5, block_size=8)
     hist = train_drafter(drafter, seqs[:64], steps=60, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
                          log_every=10**6)
@@ -46,7 +47,8 @@ def test_ar_drafter_is_lossless_in_the_loop_and_its_drafts_get_accepted(trained,
     for s in held_out[:3].tolist():
         ref = generate(target, s[:4], 30)
         out, stats = speculative_generate(target, drafter, s[:4], 30, block_size=block_size)
-        assert out == ref, f"AR drafter, block_size={block_size}: speculative output diverged from greedy decoding"
+        assert out == ref, \
+            f"AR drafter, block_size={block_size}: speculative output diverged from greedy decoding"
         assert len(out) == 1 + sum(stats.acceptance_lengths), "stats must account for every emitted token"
         lengths += stats.acceptance_lengths
     if block_size >= 4:   # a trained drafter: drafts are accepted, and partial acceptance is exercised
@@ -67,8 +69,8 @@ def test_causal_training_mask_equals_plain_loops_reference():
     for b in range(2):
         for k in range(4):
             for i in range(n):
-                ref[b, k * n + i, :int(anchors[b, k])] = True                   # context strictly before the anchor
-                ref[b, k * n + i, S + k * n: S + k * n + i + 1] = True          # own chain, slots 0..i
+                ref[b, k * n + i, :int(anchors[b, k])] = True             # context strictly before the anchor
+                ref[b, k * n + i, S + k * n: S + k * n + i + 1] = True    # own chain, slots 0..i
     assert torch.equal(causal_training_mask(anchors, S, n), ref), "causal chain mask differs from plain loops"
 
 
@@ -90,7 +92,7 @@ def test_ar_training_form_logits_equal_drafting_logits_teacher_forcing_is_exact(
         # the sequence the drafter just drafted, fed back by teacher forcing
         seq = torch.cat([x[:, :a + 1], drafts[None], x[:, a + 6:]], dim=1)           # (1, 40)
         _, feats = target(seq, layer_ids=drafter.config.target_layer_ids)
-        train = drafter(feats, seq, torch.tensor([[a]]))[0, 0]                       # (B, V), index k predicts x_{a+k}
+        train = drafter(feats, seq, torch.tensor([[a]]))[0, 0]                  # (B, V), k predicts x_{a+k}
         torch.testing.assert_close(train[1:], torch.cat(logits), rtol=0, atol=1e-10,
                                    msg=f"AR train/draft mismatch at anchor {a}")
 
@@ -108,13 +110,17 @@ def test_drafter_forward_passes_per_draft_step_grow_with_k_for_ar_and_stay_one_f
             for k in range(1, 16):
                 c.n = 0
                 tokens, q = d.draft(cache, 6, k, GREEDY)
-                assert tokens.shape == (k,), f"{name}: one token per drafted slot, got shape {tuple(tokens.shape)}"
+                assert tokens.shape == (k,), \
+                    f"{name}: one token per drafted slot, got shape {tuple(tokens.shape)}"
                 assert q is None, f"{name}: greedy drafting should build no distribution q (nothing reads it)"
                 counts[name].append(c.n)
     assert counts["dflash"] == [1] * 15, f"DFlash drafts any block in one forward, counted {counts['dflash']}"
-    assert counts["ar"] == list(range(1, 16)), f"AR drafting takes one forward per token, counted {counts['ar']}"
-    curve = bench_extras.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8, n=1)
-    assert curve["forwards"] == counts and len(curve["seconds"]["ar"]) == 15, "the printed curve counts the same"
+    assert counts["ar"] == list(range(1, 16)), \
+        f"AR drafting takes one forward per token, counted {counts['ar']}"
+    curve = bench_sections.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8,
+                                            n=1)
+    assert curve["forwards"] == counts and len(curve["seconds"]["ar"]) == 15, \
+        "the printed curve counts the same"
 
 
 def test_training_the_ar_drafter_lowers_its_loss_and_beats_an_untrained_one(trained):
@@ -125,12 +131,14 @@ def test_training_the_ar_drafter_lowers_its_loss_and_beats_an_untrained_one(trai
     # and head with near-identity layers, i.e. the target's skip path, which on this tiny random target is
     # most of the target (untrained: expected tau ~5.2 of 8). Training must still add clearly more.
     untrained = ar_drafter(target, seed=5, block_size=8)
-    acc, acc0 = slot_accuracy(drafter, held_out, min_anchor=3), slot_accuracy(untrained, held_out, min_anchor=3)
+    acc = slot_accuracy(drafter, held_out, min_anchor=3)
+    acc0 = slot_accuracy(untrained, held_out, min_anchor=3)
     assert acc["expected_tau"] > acc0["expected_tau"] + 1.0, \
         f"expected tau (teacher forced) {acc0['expected_tau']:.2f} -> {acc['expected_tau']:.2f}"
     prompts = [s[:4] for s in held_out.tolist()]
     tau, tau0 = measure_tau(drafter, prompts, 24), measure_tau(untrained, prompts, 24)
-    assert tau > tau0 + 0.3, f"trained AR drafter's tau {tau:.2f} does not beat the untrained one's {tau0:.2f}"
+    assert tau > tau0 + 0.3, \
+        f"trained AR drafter's tau {tau:.2f} does not beat the untrained one's {tau0:.2f}"
 
 
 # ----------------------------------------------------------------------------- the no-feature ablation
@@ -144,7 +152,8 @@ def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target,
     anchors = torch.tensor([[0, 9, 20], [14, 3, 24]])
     torch.testing.assert_close(nofeat(feats, x, anchors), nofeat(other, x, anchors), rtol=0, atol=0,
                                msg="no-feature drafter (training form) changed with the context features")
-    assert not torch.allclose(drafter(feats, x, anchors), drafter(other, x, anchors)), "control: DFlash must depend"
+    assert not torch.allclose(drafter(feats, x, anchors), drafter(other, x, anchors)), \
+        "control: DFlash must depend"
     block = torch.tensor([[int(x[0, 20])] + [drafter.config.mask_token_id] * 15])
     logits = []
     for f in (feats, other):
@@ -152,7 +161,8 @@ def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target,
         nofeat.extend(cache, f[:1, :20], x[:1, :20])
         assert cache.length == 20, "positions must still advance"
         logits.append(nofeat.block_logits(cache, block))
-    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0, msg="no-feature drafter (drafting) saw features")
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0,
+                               msg="no-feature drafter (drafting) saw features")
     train = nofeat(feats[:1], x[:1], torch.tensor([[20]]))[0, 0]
     torch.testing.assert_close(logits[0][0], train, rtol=0, atol=1e-10, msg="no-feature train/draft mismatch")
 
@@ -161,19 +171,18 @@ def test_no_feature_drafter_is_lossless_in_the_loop(target, drafter):
     nofeat = NoFeatureDrafter(drafter.config, target).double().eval()
     for b in (1, 4, 16):
         out, _ = speculative_generate(target, nofeat, [7, 1, 4, 1, 5], 30, block_size=b)
-        assert out == generate(target, [7, 1, 4, 1, 5], 30), f"no-feature drafter broke greedy equality (B={b})"
+        assert out == generate(target, [7, 1, 4, 1, 5], 30), \
+            f"no-feature drafter broke greedy equality (B={b})"
 
 
 # ----------------------------------------------------------------------------- checkpoints, CLI, bench rows
 
 def test_baselines_train_with_the_recipe_drafter_pt_was_trained_with(smoke_out):
-    sys.path.insert(0, ROOT)
-    import train_tiny
     made_by = torch.load(smoke_out / "drafter.pt", weights_only=False)["made_by"]
-    s = train_tiny.SMOKE
+    s = recipe.SMOKE
     assert baselines.run_recipe(made_by, "drafter.pt") == dict(
-        steps=s["draft_steps"], batch_size=s["draft_batch"], n_anchors=s["draft_anchors"], lr=train_tiny.DRAFT_LR,
-        gamma=train_tiny.GAMMA, seed=train_tiny.SEED, soft_weight=train_tiny.SOFT_WEIGHT,
+        steps=s["draft_steps"], batch_size=s["draft_batch"], n_anchors=s["draft_anchors"], lr=recipe.DRAFT_LR,
+        gamma=recipe.GAMMA, seed=recipe.SEED, soft_weight=recipe.SOFT_WEIGHT,
         long_batch=s["long_batch"], long_anchors=s["long_anchors"]), "not the smoke run's drafter recipe"
     with pytest.raises(ValueError, match="records no drafter recipe"):
         baselines.run_recipe({}, "drafter.pt")
@@ -222,18 +231,22 @@ def test_baselines_cli_trains_all_three_prints_tau_and_skips_what_exists(baselin
         assert needed in out, f"baselines output lacks {needed!r}:\n{out}"
     for kind in ("ar", "nofeat", other):
         assert (baseline_out / baselines.KINDS[kind][1]).exists(), f"the {kind} drafter was not written"
-    assert not (baseline_out / baselines.KINDS[main_kind][1]).exists(), "drafter.pt's own kind was trained again"
+    assert not (baseline_out / baselines.KINDS[main_kind][1]).exists(), \
+        "drafter.pt's own kind was trained again"
     baselines.main(["--out", str(baseline_out), "--eval_prompts", "1"])
-    assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 3, "existing ones retrained"
+    assert out.count("skipping") == 0 and capsys.readouterr().out.count("skipping") == 3, \
+        "existing ones retrained"
 
 
 def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(baseline_out, capsys, tmp_path):
     if not (baseline_out / baselines.AR).exists():
         baselines.main(["--out", str(baseline_out), "--steps", "3", "--eval_prompts", "1"])
     path = tmp_path / "bench.json"
-    bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12", "--json", str(path)])
+    bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12",
+                "--json", str(path)])
     out = capsys.readouterr().out
-    for needed in ("ar k=3 ", "ar k=7 ", "dflash no-features B=8", "draft cost: one draft step vs drafted tokens",
+    for needed in ("ar k=3 ", "ar k=7 ", "dflash no-features B=8",
+                   "draft cost: one draft step vs drafted tokens",
                    "vs the best AR setting", "vs the best prompt lookup setting",
                    "greedy outputs identical to plain greedy on all 1 prompts: yes"):
         assert needed in out, f"bench output lacks {needed!r}:\n{out}"
@@ -241,7 +254,8 @@ def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(base
     import json
     curve = json.loads(path.read_text())["draft_cost_curve"]
     (kind,) = set(curve["forwards"]) - {"ar"}                 # the main drafter's: "dflash" or "dflash2"
-    assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"][kind] == [1] * 7, curve["forwards"]
+    assert curve["forwards"]["ar"] == list(range(1, 8)) and curve["forwards"][kind] == [1] * 7, \
+        curve["forwards"]
 
 
 def test_baselines_kinds_flag_names_the_allowed_kinds_when_given_an_unknown_one(capsys):

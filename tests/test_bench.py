@@ -12,10 +12,10 @@ import torch
 
 import nanodflash
 from helpers import ROOT, tiny_drafter, tiny_target
-from nanodflash.tools import bench, bench_extras, bench_methods
 from nanodflash.drafter import Drafter
-from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools import bench, bench_methods, bench_sections
+from nanodflash.tools.baselines import PromptLookupDrafter
 
 N_PROMPTS, NEW_TOKENS = 2, 20
 
@@ -32,7 +32,8 @@ def test_bench_has_one_row_per_method_with_block_sizes_capped_at_the_drafters(se
     _, drafter, _, rows = setup
     B, kind = drafter.config.block_size, bench.kind_of(drafter)    # B=8 in smoke mode: 4, 8 (16 capped to 8)
     sampled = [f"{v} B={b}" for b in bench_methods.sampled_sizes(B) for v in ("match", "rejection")]
-    expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]] + \
+    greedy = [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]
+    expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in greedy] + \
                ["prompt lookup k=4", "prompt lookup k=10"] + \
                ["plain T=1"] + [f"{kind} T=1 {s}" for s in sampled] + \
                ["plain T=0.7 p=0.95"] + [f"{kind} T=0.7 p=0.95 {s}" for s in sampled]
@@ -54,17 +55,20 @@ def test_bench_tau_equals_tokens_emitted_by_steps_over_verify_steps(setup):
 def test_bench_forward_passes_are_prefill_plus_one_per_step(setup):
     for name, r in setup[3].items():
         assert r["forwards"] == r["prompts"] + r["steps"], \
-            f"{name}: hook counted {r['forwards']} target forwards, the loop says {r['prompts']} + {r['steps']}"
+            f"{name}: hook counted {r['forwards']} target forwards, the loop says {r['prompts']} + " \
+            f"{r['steps']}"
         assert math.isclose(r["forwards_per_token"], r["forwards"] / r["tokens"]), f"{name}: forwards/token"
         # ≈ 1/τ up to the prefill: (P + steps) / (P + τ·steps)
         approx = (r["prompts"] + r["steps"]) / (r["prompts"] + r["tau"] * r["steps"])
-        assert math.isclose(r["forwards_per_token"], approx), f"{name}: forwards/token is not 1/τ up to the prefill"
+        assert math.isclose(r["forwards_per_token"], approx), \
+            f"{name}: forwards/token is not 1/τ up to the prefill"
 
 
 def test_bench_plain_rows_have_tau_1_and_one_forward_per_token(setup):
     for name in ("plain greedy", "plain T=1", "plain T=0.7 p=0.95"):
         r = setup[3][name]
-        assert r["tau"] == 1 and r["forwards_per_token"] == 1, f"{name}: tau {r['tau']}, fwd/token {r['forwards_per_token']}"
+        assert r["tau"] == 1 and r["forwards_per_token"] == 1, \
+            f"{name}: tau {r['tau']}, fwd/token {r['forwards_per_token']}"
         assert r["speedup"] == 1, f"{name} is its own baseline, speedup {r['speedup']}"
 
 
@@ -86,14 +90,18 @@ def test_bench_greedy_rows_agree_with_independent_runs_and_with_plain_decoding(s
             b = name.split("B=")[1]
             b = b if b == "auto" else int(b)
             runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b) for p in prompts]
-            assert r["tokens"] == sum(len(t) for t, _ in runs), f"{name}: token count differs from a fresh run"
-            assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), f"{name}: step count differs"
+            assert r["tokens"] == sum(len(t) for t, _ in runs), \
+                f"{name}: token count differs from a fresh run"
+            assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
+                f"{name}: step count differs"
         elif name.startswith("prompt lookup k="):
-            k = int(name.split("k=")[1])
-            runs = [speculative_generate(target, PromptLookupDrafter(target, k), p, NEW_TOKENS) for p in prompts]
-            assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), f"{name}: step count differs"
+            lookup = PromptLookupDrafter(target, int(name.split("k=")[1]))
+            runs = [speculative_generate(target, lookup, p, NEW_TOKENS) for p in prompts]
+            assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
+                f"{name}: step count differs"
         else:
-            assert r["tokens"] == sum(len(generate(target, p, NEW_TOKENS)) for p in prompts), f"{name}: tokens"
+            plain = [generate(target, p, NEW_TOKENS) for p in prompts]
+            assert r["tokens"] == sum(len(t) for t in plain), f"{name}: tokens"
 
 
 def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchmarks_seeds(setup):
@@ -101,16 +109,19 @@ def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchma
     for b in bench_methods.sampled_sizes(drafter.config.block_size):
         for v in ("match", "rejection"):
             r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 {v} B={b}"]
-            runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b, temperature=0.7, top_p=0.95,
-                                         verifier=v, generator=torch.Generator().manual_seed(i))
+            runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b, temperature=0.7,
+                                         top_p=0.95, verifier=v, generator=torch.Generator().manual_seed(i))
                     for i, p in enumerate(prompts)]
-            assert r["temperature"] == 0.7 and r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
-                f"{v} B={b}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the benchmark's"
+            steps = sum(len(s.acceptance_lengths) for _, s in runs)
+            assert r["temperature"] == 0.7 and r["steps"] == steps, \
+                f"{v} B={b}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the " \
+                "benchmark's"
 
 
 def test_bench_a_new_method_is_one_more_list_entry(setup):
     target, drafter, prompts, _ = setup
-    methods = bench.default_methods(drafter)[:1] + [bench.Method("dflash greedy B=2", 0.0, bench.dflash_method(2))]
+    methods = bench.default_methods(drafter)[:1] + [bench.Method("dflash greedy B=2", 0.0,
+                                                                 bench.dflash_method(2))]
     rows = bench.run_benchmark(target, drafter, prompts[:1], methods, max_new_tokens=8, warmup=False)
     assert [r["name"] for r in rows] == ["plain greedy", "dflash greedy B=2"], "custom method row missing"
     assert rows[1]["matches_plain"] and 1 <= rows[1]["tau"] <= 2, f"B=2 row is off: {rows[1]}"
@@ -118,50 +129,59 @@ def test_bench_a_new_method_is_one_more_list_entry(setup):
 
 def test_bench_step_costs_are_measured_at_the_requested_block_size(setup):
     target, drafter, prompts, _ = setup
-    c = bench_extras.step_costs(target, drafter, prompts[0], len(prompts[0]) + 40, block_size=16, n=3)
+    c = bench_sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + 40, block_size=16, n=3)
     assert c["block_size"] == min(16, drafter.config.block_size), f"block size not capped: {c}"
     assert all(c[k] > 0 for k in ("draft_s", "verify_s", "plain_step_s")), f"a cost was not measured: {c}"
     assert c["context_len"] == len(prompts[0]) + 40, "step costs measured at the wrong context"
 
 
-def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_json(smoke_out, tmp_path, capsys):
+def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_json(smoke_out, tmp_path,
+                                                                                    capsys):
     _, target, drafter = nanodflash.load(str(smoke_out))
-    kind = bench.kind_of(drafter)                            # "dflash" or "dflash2", whichever train_tiny made
+    kind = bench.kind_of(drafter)                          # "dflash" or "dflash2", whichever train_tiny made
     other = "dflash" if kind == "dflash2" else "dflash2"
     torch.manual_seed(0)
-    stand_in = Drafter(drafter.config, target).eval()       # any DFlash-style drafter stands in for the other kind
+    stand_in = Drafter(drafter.config, target).eval()     # any DFlash-style drafter stands in for the other
     path = tmp_path / "bench.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--json", str(path)],
                extra={other: stand_in})
     out = capsys.readouterr().out
     B = min(16, drafter.config.block_size)
-    for needed in ("tok/s = median over prompts", "greedy outputs identical to plain greedy on all 1 prompts: yes",
+    for needed in ("tok/s = median over prompts",
+                   "greedy outputs identical to plain greedy on all 1 prompts: yes",
                    "ceiling: speedup <= tau * t_plain / (t_draft + t_verify)", f"{other} greedy B={B}",
-                   "oracle-selector tau (ceiling of a perfect top-16 selector", f"({kind} draft step ", f"% vs {other})",
-                   "prompt lookup k=10", "vs the best prompt lookup setting (prompt lookup k=",
-                   "plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 rejection B=", f"{other} T=0.7 p=0.95 rejection B=",
+                   "oracle-selector tau (ceiling of a perfect top-16 selector", f"({kind} draft step ",
+                   f"% vs {other})", "prompt lookup k=10",
+                   "vs the best prompt lookup setting (prompt lookup k=",
+                   "plain T=0.7 p=0.95", f"{kind} T=0.7 p=0.95 rejection B=",
+                   f"{other} T=0.7 p=0.95 rejection B=",
                    f"per-slot acceptance of '{kind} T=0.7 p=0.95 rejection'", "  sum min(p, q) ",
                    f"{kind}-sampling T=1 rejection B=", f"{kind}-sampling T=0.7 p=0.95 rejection B=auto",
                    f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'",
                    "block_policy (B=auto) costs measured here"):
         assert needed in out, f"output lacks {needed!r}:\n{out}"
     data = json.loads(path.read_text())
-    assert [r["name"] for r in data["rows"]][0] == "plain greedy" and data["step_costs"]["draft_s"] > 0, "bad JSON"
-    assert set(data["oracle_selector"]) == {f"{kind} greedy B={B}", f"{other} greedy B={B}"}, data["oracle_selector"]
+    assert [r["name"] for r in data["rows"]][0] == "plain greedy" and data["step_costs"]["draft_s"] > 0, \
+        "bad JSON"
+    assert set(data["oracle_selector"]) == {f"{kind} greedy B={B}", f"{other} greedy B={B}"}, \
+        data["oracle_selector"]
     assert set(data["draft_step_s"]) == {kind, other}, f"draft step costs: {data['draft_step_s']}"
     assert data["policy_costs"]["step_cost"] > 0, f"block policy costs: {data['policy_costs']}"
-    assert set(data["slot_acceptance"]) == {kind, f"{kind}-sampling"}, "slot acceptance of both sampling drafters"
+    assert set(data["slot_acceptance"]) == {kind, f"{kind}-sampling"}, \
+        "slot acceptance of both sampling drafters"
     slots = data["slot_acceptance"][f"{kind}-sampling"]
     assert slots["reached"][0] > 0 and all(0 <= x <= 1 for x in slots["overlap"] + slots["accepted"]), \
         f"per-slot acceptance is not a set of rates: {slots}"
     main_row = next(r for r in data["rows"] if r["name"] == f"{kind} greedy B={B}")
-    assert data["ceiling"] == main_row["ceiling"] >= main_row["speedup"], "the printed ceiling is not the row's bound"
+    assert data["ceiling"] == main_row["ceiling"] >= main_row["speedup"], \
+        "the printed ceiling is not the row's bound"
 
 
 def test_bench_cli_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["--out", str(tmp_path / "nothing")])
-    assert e.value.code == 1 and "no run folder" in capsys.readouterr().err, "missing checkpoints: no clear error"
+    assert e.value.code == 1 and "no run folder" in capsys.readouterr().err, \
+        "missing checkpoints: no clear error"
 
 
 def test_bench_baseline_rows_are_greedy_and_capped_at_each_drafters_block_size(setup):
@@ -187,20 +207,23 @@ def test_bench_ceiling_is_at_least_the_measured_speedup_on_every_speculative_row
             assert r["ceiling"] is None, f"{name}: plain decoding has no draft/verify split, no ceiling"
             continue
         assert r["bound"]["tokens_per_s"] >= r["tokens_per_s"], f"{name}: bound {r['bound']} < tok/s"
-        assert r["ceiling"] >= r["speedup"], f"{name}: ceiling {r['ceiling']:.3f}x < measured {r['speedup']:.3f}x"
+        assert r["ceiling"] >= r["speedup"], \
+            f"{name}: ceiling {r['ceiling']:.3f}x < measured {r['speedup']:.3f}x"
         b, plain = r["bound"], plain_row(setup[3], r["temperature"])
         formula = b["tau"] * (1 / plain["tokens_per_s"]) / (b["draft_s"] + b["verify_s"])
         assert math.isclose(r["ceiling"], formula), f"{name}: printed factors {b} do not give the ceiling"
 
 
-def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_drafters_get_greedy_rows(target):
+def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_drafters_get_greedy_rows(
+        target):
     main, other = tiny_drafter(target, block_size=16), tiny_drafter(target, block_size=8)
     main.kind = "dflash2"
     names = [m.name for m in bench.default_methods(main, {"dflash": other})]
     sampled = lambda B: [f"{v} B={b}" for b in (4, B, "auto") for v in ("match", "rejection")]   # noqa: E731
     assert [n for n in names if n.startswith("dflash2")] == \
         ["dflash2 greedy B=4", "dflash2 greedy B=8", "dflash2 greedy B=16", "dflash2 greedy B=auto"] + \
-        [f"dflash2 T=1 {s}" for s in sampled(16)] + [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16)], f"main rows: {names}"
+        [f"dflash2 T=1 {s}" for s in sampled(16)] + [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16)], \
+        f"main rows: {names}"
     assert [n for n in names if n.startswith("dflash ")] == \
         ["dflash greedy B=8"] + [f"dflash T=0.7 p=0.95 {s}" for s in sampled(8)], \
         f"extra rows: greedy B=8/16 capped at 8, then the sampled rows with each verifier: {names}"
@@ -210,7 +233,7 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
 
 
 def test_no_module_imports_another_modules_private_names():
-    for folder in ("nanodflash", os.path.join("nanodflash", "tools")):
+    for folder in ("nanodflash", os.path.join("nanodflash", "tools"), os.path.join("nanodflash", "pipeline")):
         for fname in sorted(os.listdir(os.path.join(ROOT, folder))):
             if not fname.endswith(".py"):
                 continue
@@ -239,42 +262,48 @@ def test_oracle_selector_tau_is_at_least_the_drafters_greedy_tau(oracle_setup):
     taus = {}
     for b in (4, 8):
         real = [speculative_generate(target, drafter, p, 30, block_size=b)[1] for p in prompts]
-        taus[b] = (sum(sum(s.acceptance_lengths) for s in real) / sum(len(s.acceptance_lengths) for s in real),
-                   bench_extras.oracle_selector_tau(drafter, prompts, refs, b, top_k=16))
-        assert taus[b][1] >= taus[b][0], f"B={b}: oracle tau {taus[b][1]:.2f} < the drafter's greedy tau {taus[b][0]:.2f}"
+        lengths = [a for s in real for a in s.acceptance_lengths]
+        greedy_tau = sum(lengths) / len(lengths)
+        taus[b] = (greedy_tau, bench_sections.oracle_selector_tau(drafter, prompts, refs, b, top_k=16))
+        assert taus[b][1] >= taus[b][0], \
+            f"B={b}: oracle tau {taus[b][1]:.2f} < the drafter's greedy tau {taus[b][0]:.2f}"
     assert taus[8][1] > taus[8][0], f"the top-16 oracle never helped: {taus} (the test exercises nothing)"
 
 
 def test_oracle_selector_with_top_1_is_the_drafter_itself(oracle_setup):
     target, drafter, prompts, refs = oracle_setup
-    lengths = [a for p in prompts for a in speculative_generate(target, drafter, p, 30, block_size=8)[1].acceptance_lengths]
-    oracle = bench_extras.oracle_selector_stats(drafter, prompts, refs, 8, top_k=1)
-    assert oracle["acceptance_lengths"] == lengths, "a top-1 'selector' must draft exactly the drafter's argmax"
+    runs = [speculative_generate(target, drafter, p, 30, block_size=8)[1] for p in prompts]
+    lengths = [a for stats in runs for a in stats.acceptance_lengths]
+    oracle = bench_sections.oracle_selector_stats(drafter, prompts, refs, 8, top_k=1)
+    assert oracle["acceptance_lengths"] == lengths, \
+        "a top-1 'selector' must draft exactly the drafter's argmax"
 
 
 def test_oracle_selector_with_top_k_the_vocabulary_drafts_everything_right(oracle_setup):
     target, drafter, prompts, refs = oracle_setup
     V, B, new = target.config.vocab_size, 8, 30
-    oracle = bench_extras.oracle_selector_stats(drafter, prompts, refs, B, top_k=V)
-    assert oracle["candidate_recall"] == 1.0, f"every true token is among all V candidates: {oracle['candidate_recall']}"
+    oracle = bench_sections.oracle_selector_stats(drafter, prompts, refs, B, top_k=V)
+    assert oracle["candidate_recall"] == 1.0, \
+        f"every true token is among all V candidates: {oracle['candidate_recall']}"
     expected = []
-    for _ in prompts:                      # after the prefill's token, full blocks until the end of generation
+    for _ in prompts:                   # after the prefill's token, full blocks until the end of generation
         done = 1
         while done < new:
             expected.append(min(B, new - done))
             done += expected[-1]
-    assert oracle["acceptance_lengths"] == expected, f"acceptance lengths {oracle['acceptance_lengths']} != {expected}"
+    assert oracle["acceptance_lengths"] == expected, \
+        f"acceptance lengths {oracle['acceptance_lengths']} != {expected}"
 
 
 def test_oracle_selector_refuses_a_reference_that_is_not_the_greedy_output(oracle_setup):
     target, drafter, prompts, refs = oracle_setup
     wrong = [refs[0][:5] + [(refs[0][5] + 1) % target.config.vocab_size] + refs[0][6:]]
     with pytest.raises(ValueError, match="not the plain greedy output"):
-        bench_extras.oracle_selector_stats(drafter, prompts[:1], wrong, 8)
+        bench_sections.oracle_selector_stats(drafter, prompts[:1], wrong, 8)
 
 
-def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_late_step_costs(smoke_out, tmp_path,
-                                                                                             capsys):
+def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_late_step_costs(
+        smoke_out, tmp_path, capsys):
     path = tmp_path / "long.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "120", "--greedy_only",
                 "--json", str(path)])
@@ -286,7 +315,8 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
     spec = [r for r in rows if r["name"] != "plain greedy"]
     assert all(r["bands"][0][:2] == [0, 96] and r["bands"][1][2] is not None for r in spec), \
         "every speculative row should carry τ per band, with steps past token 96"
-    assert next(r for r in rows if r["name"] == "plain greedy")["bands"] is None, "plain decoding has no steps"
+    assert next(r for r in rows if r["name"] == "plain greedy")["bands"] is None, \
+        "plain decoding has no steps"
     assert "at context " in out, "the step costs late in a long generation are missing"
 
 
@@ -295,26 +325,31 @@ def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name
     other = tmp_path / "recipe_b"
     other.mkdir()
     shutil.copy(smoke_out / "drafter.pt", other / "drafter.pt")       # the same drafter, as another recipe's
-    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--drafters", str(other)])
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8",
+                "--drafters", str(other)])
     out = capsys.readouterr().out
     B = drafter.config.block_size
-    for row in (f"recipe_b greedy B={B}", "recipe_b T=0.7 p=0.95 rejection B=4", "recipe_b T=0.7 p=0.95 match B=auto"):
+    for row in (f"recipe_b greedy B={B}", "recipe_b T=0.7 p=0.95 rejection B=4",
+                "recipe_b T=0.7 p=0.95 match B=auto"):
         assert row in out, f"--drafters: no row {row!r} in\n{out}"
     taken = tmp_path / bench.kind_of(drafter)
     taken.mkdir()
     shutil.copy(smoke_out / "drafter.pt", taken / "drafter.pt")
     with pytest.raises(SystemExit):
-        bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--drafters", str(taken)])
-    assert "is taken; rename the folder" in capsys.readouterr().err, "a folder named like the main drafter's kind"
+        bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8",
+                    "--drafters", str(taken)])
+    assert "is taken; rename the folder" in capsys.readouterr().err, \
+        "a folder named like the main drafter's kind"
 
 
 def test_policy_costs_recover_the_step_and_slot_costs_the_rows_were_made_with():
-    plain_s, step_s, slot_s = 0.002, 0.0034, 0.0001        # seconds: a plain token, a 1-draft step, one more slot
+    plain_s, step_s, slot_s = 0.002, 0.0034, 0.0001     # seconds: plain token, 1-draft step, one more slot
     row = lambda b, steps: dict(steps=steps, draft_s=0.3 * steps * (step_s + slot_s * (b - 2)),   # noqa: E731
                                 verify_s=0.7 * steps * (step_s + slot_s * (b - 2)))
     rows = {"plain greedy": dict(tokens_per_s=1 / plain_s), "dflash2 greedy B=4": row(4, 50),
             "dflash2 greedy B=16": row(16, 20)}
-    c = bench_extras.policy_costs(rows, "dflash2", 16)
-    assert c["step_cost"] == pytest.approx(step_s / plain_s) and c["slot_cost"] == pytest.approx(slot_s / step_s), \
-        f"policy costs {c} != step {step_s / plain_s:.3f}, slot {slot_s / step_s:.4f}"
-    assert bench_extras.policy_costs(rows, "dflash2", 4) is None, "B <= 4 leaves nothing to measure a slot by"
+    c = bench_sections.policy_costs(rows, "dflash2", 16)
+    assert c["step_cost"] == pytest.approx(step_s / plain_s), f"policy costs {c}: step {step_s / plain_s:.3f}"
+    assert c["slot_cost"] == pytest.approx(slot_s / step_s), f"policy costs {c}: slot {slot_s / step_s:.4f}"
+    assert bench_sections.policy_costs(rows, "dflash2", 4) is None, \
+        "B <= 4 leaves nothing to measure a slot by"

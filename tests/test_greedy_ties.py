@@ -5,17 +5,16 @@ import pytest
 import torch
 
 from helpers import tiny_drafter, tiny_target
+from nanodflash.pipeline.summary import identical
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools.summary import identical
-from nanodflash.tools.ties import TIE, greedy_difference
-from nanodflash.tools.timing import side_by_side
+from nanodflash.tools.measure import TIE, greedy_difference, side_by_side
 
 PROMPT, NEW = [3, 7, 1, 9], 12
 
 
 def target_with_a_twin(position=4):
-    """A tiny target, its plain greedy output, and a token `twin` whose logits equal (float32: to rounding) those of
-    the token plain decoding emits at `position`: a tie the target cannot break."""
+    """A tiny target, its plain greedy output, and a token `twin` whose logits equal (float32: to rounding)
+    those of the token plain decoding emits at `position`: a tie the target cannot break."""
     target = tiny_target(seed=5).float()
     ref = generate(target, PROMPT, NEW)
     twin = next(t for t in range(ref[position] + 1, target.config.vocab_size) if t not in ref)

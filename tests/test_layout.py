@@ -1,4 +1,5 @@
-"""The repository's shape is a claim too: the core reads without its tooling, and the README stays a guide."""
+"""The repository's shape is a claim too: the core reads without its tooling or train_tiny's pipeline, the
+tools without the pipeline, and the README stays a guide."""
 
 import ast
 import pathlib
@@ -25,17 +26,37 @@ def _imports(path, root=ROOT):
     return found
 
 
-def test_no_core_module_imports_from_the_tools_subpackage():
+def _reaching(path, package, root=ROOT):
+    """The imports of `path` that name `package` or a module inside it."""
+    return [m for m in _imports(path, root) if m == package or m.startswith(package + ".")]
+
+
+def test_no_core_module_imports_the_tools_or_the_pipeline():
     for path in sorted(CORE.glob("*.py")):
-        bad = [m for m in _imports(path) if m == "nanodflash.tools" or m.startswith("nanodflash.tools.")]
-        assert not bad, f"core module {path.name} imports {bad}: the core must never depend on nanodflash/tools/"
+        for package in ("nanodflash.tools", "nanodflash.pipeline"):
+            bad = _reaching(path, package)
+            assert not bad, f"core module {path.name} imports {bad}: the core must never depend on {package}"
 
 
-def test_the_import_check_catches_a_core_module_importing_a_tool(tmp_path):
-    (tmp_path / "nanodflash").mkdir()
-    fake = tmp_path / "nanodflash" / "fake.py"
-    fake.write_text("from .tools.bench import main\nfrom .gpt import GPT\n")
-    assert "nanodflash.tools.bench" in _imports(fake, tmp_path), "a relative import of a tool must be resolved and seen"
+def test_no_tool_imports_the_pipeline():
+    for path in sorted((CORE / "tools").glob("*.py")):
+        bad = _reaching(path, "nanodflash.pipeline")
+        assert not bad, f"tools/{path.name} imports {bad}: the pipeline builds on the tools, not back"
+
+
+def test_the_import_check_catches_imports_of_the_tools_and_the_pipeline(tmp_path):
+    (tmp_path / "nanodflash" / "tools").mkdir(parents=True)
+    core = tmp_path / "nanodflash" / "fake.py"
+    core.write_text("from .tools.bench import main\nfrom .pipeline import flags\nfrom .gpt import GPT\n")
+    assert "nanodflash.tools.bench" in _reaching(core, "nanodflash.tools", tmp_path), \
+        "a relative import of a tool must be resolved and seen"
+    assert "nanodflash.pipeline.flags" in _reaching(core, "nanodflash.pipeline", tmp_path), \
+        "a relative import of the pipeline must be resolved and seen"
+    assert not _reaching(core, "nanodflash.tool", tmp_path), "a package is matched by name, not by prefix"
+    tool = tmp_path / "nanodflash" / "tools" / "fake.py"
+    tool.write_text("from ..pipeline.record import reusable\nfrom .cli import ints\n")
+    assert "nanodflash.pipeline.record" in _reaching(tool, "nanodflash.pipeline", tmp_path), \
+        "a tool's relative import of the pipeline must be resolved and seen"
 
 
 def _links(path):
@@ -49,10 +70,11 @@ def test_readme_and_docs_link_only_to_files_that_exist():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     for page in pages:
         for target in _links(page):
-            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+            assert (page.parent / target).exists(), \
+                f"{page.relative_to(ROOT)} links to {target}, which does not exist"
 
 
 def test_readme_stays_within_its_line_budget():
     n = len((ROOT / "README.md").read_text().splitlines())
-    assert n <= README_BUDGET, (f"README.md has {n} lines, over its budget of {README_BUDGET}: move experiments and "
-                                "long tables to docs/")
+    assert n <= README_BUDGET, (f"README.md has {n} lines, over its budget of {README_BUDGET}: move "
+                                "experiments and long tables to docs/")

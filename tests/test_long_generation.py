@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from helpers import OracleDrafter, greedy_continuation, tiny_drafter, tiny_target
-from nanodflash.tools.bands import BANDS, band_counts, format_bands, measure_bands, step_starts, tau_by_band
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.measure import BANDS, band_counts, format_bands, measure_bands, step_starts, tau_by_band
 from nanodflash.train_drafter import generate_sequences, train_drafter
 
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
@@ -16,18 +16,21 @@ NEW = WINDOW - len(PROMPTS[0])               # 312: exactly fills the window aft
 
 def tiny_dflash2(target, seed=1, block_size=16):
     torch.manual_seed(seed)
-    cfg = DFlash2Config.for_target(target.config, target.config.vocab_size - 1, n_layer=1, block_size=block_size,
-                                   n_target_layers=2, selector_top_k=8, selector_rank=8, conv_group_size=8)
+    cfg = DFlash2Config.for_target(target.config, target.config.vocab_size - 1, n_layer=1,
+                                   block_size=block_size, n_target_layers=2, selector_top_k=8,
+                                   selector_rank=8, conv_group_size=8)
     return DFlash2Drafter(cfg, target).double().eval()
 
 
 @pytest.fixture(scope="module")
 def long_models():
     """A peaked tiny target with a 320-token window, and DFlash / DFlash 2 drafters trained briefly on its own
-    64-token continuations (so they accept some blocks whole, some in part, some not at all, past position 64 too)."""
+    64-token continuations (so they accept some blocks whole, some in part, some not at all, past position 64
+    too)."""
     target = tiny_target(seed=3, head_scale=4.0, max_seq_len=WINDOW)
     ids = torch.randint(0, 62, (2000,), generator=torch.Generator().manual_seed(1))
-    seqs = generate_sequences(target, ids, n_seqs=64, prompt_len=4, gen_len=60, batch_size=64, log=lambda *_: None)
+    seqs = generate_sequences(target, ids, n_seqs=64, prompt_len=4, gen_len=60, batch_size=64,
+                              log=lambda *_: None)
     drafters = {"dflash": tiny_drafter(target, block_size=16), "dflash2": tiny_dflash2(target)}
     for d in drafters.values():
         train_drafter(d, seqs, steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6)
@@ -38,27 +41,35 @@ def random_prefix(rng, n):
     return int(torch.randint(0, n + 1, (1,), generator=rng))
 
 
-@pytest.mark.parametrize("margin", [0, 1])                  # the window filled exactly, and one spare position
+@pytest.mark.parametrize("margin", [0, 1])               # the window filled exactly, and one spare position
 @pytest.mark.parametrize("kind", ["dflash", "dflash2", "oracle_right_for_a_random_prefix"])
-def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the_window(long_models, kind, margin):
+def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the_window(long_models, kind,
+                                                                                         margin):
     target, drafters = long_models
     drafter = drafters.get(kind) or OracleDrafter(target, 16, n_right=random_prefix)
     lengths = []
     for prompt in PROMPTS:
-        n = WINDOW - len(prompt) - margin                            # >= 300 new tokens, `margin` spare positions
-        ref = greedy_continuation(target, prompt, n)          # plain greedy, one run shared by every kind
+        n = WINDOW - len(prompt) - margin                       # >= 300 new tokens, `margin` spare positions
+        ref = greedy_continuation(target, prompt, n)            # plain greedy, one run shared by every kind
         for block_size in (4, 16):
             out, stats = speculative_generate(target, drafter, prompt, n, block_size=block_size)
-            assert out == ref, (f"{kind}, block_size={block_size}, window margin {margin}: speculative output diverged "
-                                f"from greedy decoding at token {next(i for i, (a, b) in enumerate(zip(out, ref)) if a != b)}")
-            assert len(out) == n == 1 + sum(stats.acceptance_lengths), "stats must account for every emitted token"
-            assert stats.target_cache.length == len(prompt) + n - 1, "the target cache must end with the verified tokens"
-            assert max(step_starts(stats.acceptance_lengths)) > 240, "no step started past token 240"
-            lengths += [(a, block_size) for a, start in zip(stats.acceptance_lengths, step_starts(stats.acceptance_lengths))
-                        if start > 128]                               # steps past the old 128-token window
-    assert any(1 < a < b for a, b in lengths), f"partial acceptance past position 128 never exercised: {lengths}"
-    assert any(a == 1 for a, _ in lengths), f"zero-acceptance steps past position 128 never exercised: {lengths}"
-    assert any(a == b for a, b in lengths), f"whole-block acceptance past position 128 never exercised: {lengths}"
+            first = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)
+            assert out == ref, (f"{kind}, block_size={block_size}, window margin {margin}: speculative "
+                                f"output diverged from greedy decoding at token {first}")
+            assert len(out) == n == 1 + sum(stats.acceptance_lengths), \
+                "stats must account for every emitted token"
+            assert stats.target_cache.length == len(prompt) + n - 1, \
+                "the target cache must end with the verified tokens"
+            starts = step_starts(stats.acceptance_lengths)
+            assert max(starts) > 240, "no step started past token 240"
+            lengths += [(a, block_size) for a, start in zip(stats.acceptance_lengths, starts)
+                        if start > 128]                          # steps past the old 128-token window
+    assert any(1 < a < b for a, b in lengths), \
+        f"partial acceptance past position 128 never exercised: {lengths}"
+    assert any(a == 1 for a, _ in lengths), \
+        f"zero-acceptance steps past position 128 never exercised: {lengths}"
+    assert any(a == b for a, b in lengths), \
+        f"whole-block acceptance past position 128 never exercised: {lengths}"
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dflash2"])
@@ -78,14 +89,15 @@ def test_a_request_past_the_window_raises_the_window_error_for_both_decoders(lon
 # ----------------------------------------------------------------------------- τ by position band
 
 def reference_tau_by_band(runs, bands):
-    """Plain loops: lay every emitted token out with the step that emitted it, then read each step's first position."""
+    """Plain loops: lay every emitted token out with the step that emitted it, then read each step's first
+    position."""
     tokens, steps = [0] * len(bands), [0] * len(bands)
     for lengths in runs:
-        owner = [None]                                               # position 1: the prefill's token, no step
+        owner = [None]                                          # position 1: the prefill's token, no step
         for i, n in enumerate(lengths):
             owner += [i] * n
         for i, n in enumerate(lengths):
-            first = owner.index(i) + 1                               # 1-based position of the step's first token
+            first = owner.index(i) + 1                          # 1-based position of the step's first token
             for b, (lo, hi) in enumerate(bands):
                 if lo < first <= hi:
                     tokens[b] += n
@@ -99,7 +111,7 @@ def test_tau_by_band_equals_a_plain_loops_reference(seed):
     runs = []
     for _ in range(4):
         lengths, total = [], 1
-        limit = int(torch.randint(50, 600, (1,), generator=g))      # some runs end inside a band, some past 480
+        limit = int(torch.randint(50, 600, (1,), generator=g))    # some runs end inside a band, some past 480
         while total < limit:
             lengths.append(int(torch.randint(1, 17, (1,), generator=g)))
             total += lengths[-1]
@@ -110,11 +122,12 @@ def test_tau_by_band_equals_a_plain_loops_reference(seed):
     for band in bands:
         assert (got[band] is None) == (want[band] is None), f"band {band}: {got[band]} vs {want[band]}"
         if got[band] is not None:
-            assert abs(got[band] - want[band]) < 1e-12, f"band {band}: {got[band]} vs the reference {want[band]}"
+            assert abs(got[band] - want[band]) < 1e-12, \
+                f"band {band}: {got[band]} vs the reference {want[band]}"
 
 
 def test_a_step_belongs_to_the_band_of_its_first_token():
-    # starts: 2, 97 (crosses nothing: 97 is band 2), 98, 99; the 200-token step starts at 99 and stays in band 2
+    # starts: 2, 97 (crosses nothing: 97 is band 2), 98, 99; the 200-token step starts at 99, stays in band 2
     assert step_starts([95, 1, 1, 200]) == [2, 97, 98, 99]
     assert band_counts([95, 1, 1, 200]) == [(95, 1), (202, 3), (0, 0)]
     # a step starting at 96 belongs to tokens 1-96 even though it runs past them

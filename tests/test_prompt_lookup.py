@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from helpers import tiny_target
-from nanodflash.tools.prompt_lookup import PromptLookupDrafter, lookup
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.baselines import PromptLookupDrafter, lookup
 
 
 def reference_lookup(tokens, n_draft, max_ngram):
@@ -51,8 +51,10 @@ HAND_MADE = [   # (tokens, n_draft, max_ngram, expected, what it shows)
 @pytest.mark.parametrize("tokens,n_draft,max_ngram,expected,what", HAND_MADE)
 def test_lookup_on_hand_made_lists_matches_the_rule_and_the_plain_loops_reference(tokens, n_draft, max_ngram,
                                                                                    expected, what):
-    assert reference_lookup(tokens, n_draft, max_ngram) == expected, f"reference disagrees with the hand case: {what}"
-    assert lookup(tokens, n_draft, max_ngram) == expected, f"lookup({tokens}, {n_draft}, {max_ngram}) is off: {what}"
+    assert reference_lookup(tokens, n_draft, max_ngram) == expected, \
+        f"reference disagrees with the hand case: {what}"
+    assert lookup(tokens, n_draft, max_ngram) == expected, \
+        f"lookup({tokens}, {n_draft}, {max_ngram}) is off: {what}"
 
 
 def test_lookup_equals_the_plain_loops_reference_on_random_lists():
@@ -61,7 +63,8 @@ def test_lookup_equals_the_plain_loops_reference_on_random_lists():
         tokens = [rng.randrange(rng.choice([2, 4, 8])) for _ in range(rng.randrange(0, 30))]
         n_draft, max_ngram = rng.randrange(0, 12), rng.randrange(1, 5)
         assert lookup(tokens, n_draft, max_ngram) == reference_lookup(tokens, n_draft, max_ngram), \
-            f"lookup differs from the plain-loops reference on {tokens}, n_draft={n_draft}, max_ngram={max_ngram}"
+            f"lookup differs from the plain-loops reference on {tokens}, n_draft={n_draft}, " \
+            f"max_ngram={max_ngram}"
 
 
 def test_prompt_lookup_drafter_drafts_exactly_the_copied_tokens(target):
@@ -75,10 +78,13 @@ def test_prompt_lookup_drafter_drafts_exactly_the_copied_tokens(target):
         seen.append(logits)
         return DraftRule(0.0)(logits)
     tokens, q = pl.draft(cache, 4, 4, choose)                       # context ... 9 | 4: "9 4" occurred at 1
-    assert tokens.tolist() == [1, 2, 5, 9] and q is None, f"drafted {tokens.tolist()}, want the copy [1, 2, 5, 9]"
-    assert seen[0].shape == (4, target.config.vocab_size), f"choose got logits of shape {tuple(seen[0].shape)}"
+    assert tokens.tolist() == [1, 2, 5, 9] and q is None, \
+        f"drafted {tokens.tolist()}, want the copy [1, 2, 5, 9]"
+    assert seen[0].shape == (4, target.config.vocab_size), \
+        f"choose got logits of shape {tuple(seen[0].shape)}"
     tokens, _ = pl.draft(cache, 60, 4, choose)                     # 60 never occurred
-    assert tokens.numel() == 0 and seen[1].shape == (0, target.config.vocab_size), "no match must draft nothing"
+    assert tokens.numel() == 0 and seen[1].shape == (0, target.config.vocab_size), \
+        "no match must draft nothing"
     assert cache == [3, 9, 4, 1, 2, 5, 9], "drafting must not change the verified context"
 
 
@@ -89,8 +95,10 @@ def test_greedy_speculative_decoding_with_prompt_lookup_is_token_identical_to_pl
     for n_draft in (1, 4, 10):
         for prompt in prompts:
             out, stats = speculative_generate(target, PromptLookupDrafter(target, n_draft), prompt, 60)
-            assert out == generate(target, prompt, 60), f"prompt lookup k={n_draft} broke greedy equality on {prompt}"
+            assert out == generate(target, prompt, 60), \
+                f"prompt lookup k={n_draft} broke greedy equality on {prompt}"
             assert len(out) == 1 + sum(stats.acceptance_lengths), "stats must account for every emitted token"
             accepted += stats.accepted_drafts
     assert max(accepted) > 0, "no lookup draft was ever accepted: the test does not exercise acceptance"
-    assert min(accepted) == 0, "every step accepted a draft: the test does not exercise misses and empty drafts"
+    assert min(accepted) == 0, \
+        "every step accepted a draft: the test does not exercise misses and empty drafts"

@@ -28,7 +28,7 @@ from nanodflash.verify import residual_distribution
 V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 600, 1e-4
 # The files that run these verifiers on other paths (other drafter kinds, the selector's q, auto block sizes) guard
 # against plumbing faults there, a wrong q or drafts not drawn from it, which fail by far at 400 samples; subtle
-# faults of the verifiers themselves are this file's, at 600 (docs/experiments.md, "Power of the chi-square tests").
+# faults of the verifiers themselves are this file's, at 600 (docs/log.md, "Power of the chi-square tests").
 N_OTHER_PATHS = 400
 
 

@@ -10,10 +10,16 @@ import pytest
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
-from nanodflash.tools.prompt_lookup import PromptLookupDrafter
+from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, PromptLookupDrafter
 from test_dflash2 import tiny_dflash2, uniform_q
-from test_sampling_exact import ALPHA, N_OTHER_PATHS, V, chi_square_p_value, exact_distribution, speculative_counts
+from test_sampling_exact import (
+    ALPHA,
+    N_OTHER_PATHS,
+    V,
+    chi_square_p_value,
+    exact_distribution,
+    speculative_counts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +60,19 @@ CASES = ([(SELECTOR, "rejection", *c) for c in [(0.7, 2, None), (1.0, 2, 0.9)]]
 
 @pytest.mark.parametrize("kind,verifier,temperature,top_k,top_p", CASES)
 def test_sampled_output_has_exactly_the_targets_distribution_for_every_drafter_kind(target, kind, verifier,
-                                                                                    temperature, top_k, top_p):
+                                                                                    temperature, top_k,
+                                                                                    top_p):
     drafter = make(kind, target)
     exact = exact_distribution(target, temperature, top_k, top_p)
-    counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=N_OTHER_PATHS)
+    counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p,
+                                         n=N_OTHER_PATHS)
     impossible = [s for s in counts if exact[s] == 0]
     assert not impossible, f"{kind} {verifier}: outputs the target can never produce: {impossible[:3]}"
     assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), \
         f"{kind} {verifier}: both acceptance and rejection must occur for the test to mean anything"
     p = chi_square_p_value(counts, exact, sum(counts.values()))
-    assert p > ALPHA, (f"{kind} {verifier} T={temperature} top_k={top_k} top_p={top_p}: chi-square p={p:.2e}, "
-                       "not the target's distribution")
+    assert p > ALPHA, (f"{kind} {verifier} T={temperature} top_k={top_k} top_p={top_p}: chi-square "
+                       f"p={p:.2e}, not the target's distribution")
 
 
 def test_a_wrong_selector_q_fails_the_same_test_with_top_k_and_top_p_on(target):

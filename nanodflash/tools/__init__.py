@@ -1,2 +1,8 @@
-"""Tooling around the algorithm: the benchmark and its parts, the training summary, baselines, prompt lookup,
-Hugging Face interop and command-line checks. Tools import nanodflash's core; the core never imports a tool."""
+"""Tooling around the algorithm, by purpose. Tools import nanodflash's core; the core never imports a tool.
+
+    benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
+                 (bench_methods.py), sections (bench_sections.py) and measuring helpers (measure.py)
+    baselines    baselines.py (python -m nanodflash.tools.baselines): AR, no-feature drafters; prompt lookup
+    Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders, tokenizer.json
+    flag checks  cli.py: argparse types shared by every script
+"""

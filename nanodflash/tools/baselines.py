@@ -1,4 +1,5 @@
-"""Baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter.
+"""Baselines that show *why* DFlash drafts the way it does, trained exactly like the DFlash drafter, and
+prompt lookup, the drafter a user can pick without training anything.
 
     python -m nanodflash.tools.baselines --out out     # trains them next to out/drafter.pt, prints their τ
     python -m nanodflash.tools.bench --out out         # then gains their rows and a draft-cost curve
@@ -6,14 +7,16 @@
 Besides the two below, it trains the DFlash kind that out/drafter.pt is not (DFlash 1 beside a DFlash 2
 drafter, or the other way round), with the same data, recipe and steps, so the two compare fairly.
 
-This module only defines drafters and trains them; the benchmark (bench.py, bench_extras.py) imports it,
-never the other way round.
+This module only defines drafters and trains them; the benchmark (bench*.py) imports it, never the other
+way round.
 
 1. `ARDrafter`: an autoregressive drafter in the EAGLE spirit -- conditioned on the same fused target
    features, same width and depth, drafting a chain of k tokens ONE forward per token with its own small
    KV cache (a chain, no tree). Its cost grows linearly with k; DFlash's block costs one forward.
 2. `NoFeatureDrafter`: the DFlash drafter with the target's features removed (the paper's ablation:
    τ drops by about 40%). Its blocks attend to their own slots only.
+3. `PromptLookupDrafter`: drafts by copying the tokens that followed an earlier occurrence of the last few
+   tokens (no model, no training); the benchmark's "prompt lookup k=4/10" rows.
 
 Design choice for the AR drafter. EAGLE concatenates each token's embedding with the target feature that
 predicted it and, past the verified context, feeds the drafter's *own* hidden state where no target
@@ -45,18 +48,20 @@ import argparse
 import os
 import sys
 import time
+import types
 from dataclasses import fields
 
 import torch
 
 from .. import checkpoint as ckpt
-from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..train_drafter import measure_tau, slot_accuracy, train_drafter
+from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
+ONE_HOT_SCALE = 1e4     # logits of a copied token: exp(-1e4) underflows to 0, so q is exactly one-hot
 # train_drafter's arguments <- the flags of train_tiny.py that drafter.pt's record holds
 RECIPE_FLAGS = dict(steps="draft_steps", batch_size="draft_batch", n_anchors="draft_anchors", lr="draft_lr",
                     gamma="gamma", seed="seed", soft_weight="soft_weight", long_batch="long_batch",
@@ -64,19 +69,20 @@ RECIPE_FLAGS = dict(steps="draft_steps", batch_size="draft_batch", n_anchors="dr
 
 
 def run_recipe(made_by, path):
-    """The drafter recipe of a run, from drafter.pt's record `made_by` (the train_tiny.py flags that made it)."""
+    """The drafter recipe of a run, from drafter.pt's record `made_by` (the train_tiny.py flags that made
+    it)."""
     missing = [f for f in RECIPE_FLAGS.values() if f not in (made_by or {})]
     if missing:
-        raise ValueError(f"{path} records no drafter recipe ({', '.join(missing)} missing): the baselines train "
-                         "with the recipe of a drafter made by train_tiny.py")
+        raise ValueError(f"{path} records no drafter recipe ({', '.join(missing)} missing): the baselines "
+                         "train with the recipe of a drafter made by train_tiny.py")
     return {k: made_by[f] for k, f in RECIPE_FLAGS.items()}
 
 
 def causal_training_mask(anchors, seq_len, n_slots):
     """training_mask with causal attention inside each chain: slot i of a chain sees its slots 0..i only."""
-    m = training_mask(anchors, seq_len, n_slots)                                  # (N, K*n, S + K*n)
-    slot = torch.arange(anchors.size(1) * n_slots, device=anchors.device) % n_slots  # (K*n,) slot index in its chain
-    m[..., seq_len:] &= slot[None, :] <= slot[:, None]                            # same chain (above) and not later
+    m = training_mask(anchors, seq_len, n_slots)                                 # (N, K*n, S + K*n)
+    slot = torch.arange(anchors.size(1) * n_slots, device=anchors.device) % n_slots   # (K*n,) index in chain
+    m[..., seq_len:] &= slot[None, :] <= slot[:, None]                           # same chain and not later
     return m
 
 
@@ -95,35 +101,32 @@ class ARDrafter(Drafter):
         tokens, probs, token = [], [], anchor
         self.project_context(cache)
         for j in range(n_draft):
-            pos = cache.length + j                                                     # chain slot j's position
+            pos = cache.length + j                                                # chain slot j's position
             x = self.target.embed_tokens(torch.tensor([[token]], device=device))     # (1, 1, D)
-            cos, sin = self._rope(torch.arange(pos, pos + 1, device=device), x.dtype)
-            for i, layer in enumerate(self.layers):                                    # sees context + slots 0..j
+            cos, sin = self.rope_at(torch.arange(pos, pos + 1, device=device), x.dtype)
+            for i, layer in enumerate(self.layers):                               # sees context + slots 0..j
                 x, k, v = layer(x, cache.k[i, :, :, :pos], cache.v[i, :, :, :pos], cos, sin, None)
                 cache.write(i, pos, k, v)
-            t, q = choose(self.target.lm_head(self.norm(x))[0])                        # (1, V) -> (1,), (1, V)
+            t, q = choose(self.target.lm_head(self.norm(x))[0])                   # (1, V) -> (1,), (1, V)
             tokens.append(t)
             probs.append(q)
             token = int(t[0])                            # fed back: the next forward conditions on it
         if not tokens:
             return choose(torch.zeros(0, self.target.config.vocab_size, device=device))
-        return torch.cat(tokens), None if probs[0] is None else torch.cat(probs)       # (n,), (n, V) or None (greedy)
+        return torch.cat(tokens), None if probs[0] is None else torch.cat(probs)   # (n,), (n, V) or None
 
     def forward(self, features, input_ids, anchors):
         """Teacher forcing, K chains per sequence in one pass -> logits (N, K, B, V) in Drafter.loss's layout:
         index k holds the prediction of x_{a+k} (made by chain slot k-1); index 0 (the anchor) is zeros."""
         N, S, _ = features.shape
         K, n = anchors.size(1), self.config.block_size - 1
-        h = self.hidden_norm(self.fc(features))                                        # (N, S, D)
-        pos = anchors[:, :, None] + torch.arange(n, device=anchors.device)             # (N, K, n): x_a .. x_{a+n-1}
+        context = self.context_kv(features, torch.arange(S, device=features.device))   # every position
+        pos = anchors[:, :, None] + torch.arange(n, device=anchors.device)   # (N, K, n): x_a .. x_{a+n-1}
         x = self.target.embed_tokens(torch.gather(input_ids, 1, pos.flatten(1)))       # (N, K*n, D)
-        cos_b, sin_b = self._rope(pos.flatten(1), x.dtype)                             # (N, 1, K*n, hd)
-        cos_c, sin_c = self._rope(torch.arange(S, device=x.device), x.dtype)           # (1, S, hd)
+        cos, sin = self.rope_at(pos.flatten(1), x.dtype)                               # (N, 1, K*n, hd)
         mask = causal_training_mask(anchors, S, n).unsqueeze(1)                        # (N, 1, K*n, S+K*n)
-        for layer in self.layers:
-            ctx_k, ctx_v = layer.self_attn.key_value(h, cos_c, sin_c)
-            x, _, _ = layer(x, ctx_k, ctx_v, cos_b, sin_b, mask)
-        logits = self.target.lm_head(self.norm(x)).view(N, K, n, -1)                  # (N, K*n, V) -> (N, K, n, V)
+        hidden = self.block_pass(x, cos, sin, context, mask)                           # (N, K*n, D)
+        logits = self.target.lm_head(hidden).view(N, K, n, -1)                        # -> (N, K, n, V)
         return torch.cat([torch.zeros_like(logits[:, :, :1]), logits], dim=2)         # (N, K, B, V)
 
 
@@ -141,42 +144,107 @@ class NoFeatureDrafter(Drafter):
     def block_logits(self, cache, block):
         """The block attends to its own slots only, at the positions after the context."""
         x = self.target.embed_tokens(block)                                               # (1, b, D)
-        cos, sin = self._rope(torch.arange(cache.length, cache.length + block.size(1), device=x.device), x.dtype)
-        for layer in self.layers:
-            x, _, _ = layer(x, *self._no_context(x), cos, sin, None)
-        return self.target.lm_head(self.norm(x))
+        positions = torch.arange(cache.length, cache.length + block.size(1), device=x.device)
+        cos, sin = self.rope_at(positions, x.dtype)
+        return self.target.lm_head(self.block_pass(x, cos, sin, self._no_context(x)))
 
     def hidden(self, features, input_ids, anchors):
-        """Drafter.hidden with no context keys: each block sees its own slots (the training mask's block part)."""
+        """Drafter.hidden with no context keys: each block sees its own slots (the training mask's block
+        part)."""
         N, S, _ = features.shape
         K, B = anchors.size(1), self.config.block_size
-        x, cos, sin = self.training_blocks(input_ids, anchors)                   # (N, K*B, D), (N, 1, K*B, hd)
+        x, cos, sin = self.training_blocks(input_ids, anchors)              # (N, K*B, D), (N, 1, K*B, hd)
         mask = training_mask(anchors, S, B).unsqueeze(1)[..., S:]                # (N, 1, K*B, K*B)
-        for layer in self.layers:
-            x, _, _ = layer(x, *self._no_context(x), cos, sin, mask)
-        return self.norm(x).view(N, K, B, -1)                                    # (N, K*B, D) -> (N, K, B, D)
+        return self.block_pass(x, cos, sin, self._no_context(x), mask).view(N, K, B, -1)   # (N, K, B, D)
 
     def _no_context(self, x):
-        """Empty context keys/values (N, Hkv, 0, hd) for x (N, T, D)."""
+        """Every layer's empty context keys/values, (N, Hkv, 0, hd) each, for x (N, T, D)."""
         none = x.new_zeros(x.size(0), self.config.n_kv_head, 0, self.config.head_dim)
-        return none, none
+        return [(none, none)] * self.config.n_layer
 
 
-KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT),     # and the DFlash kind that drafter.pt
-         "dflash": (Drafter, "drafter_dflash.pt"), "dflash2": (DFlash2Drafter, "drafter_dflash2.pt")}   # is not
+# ----------------------------------------------------------------------------- prompt lookup
+
+def lookup(tokens, n_draft, max_ngram=3):
+    """The tokens that followed the most recent earlier occurrence of tokens' last m tokens, for the
+    largest m <= max_ngram that has one; at most n_draft of them; [] when there is no occurrence.
+
+    >>> lookup([5, 1, 2, 7, 8, 9, 1, 2], n_draft=2)       # "1 2" occurred at 1..2, then 7 8 followed
+    [7, 8]
+    """
+    n = len(tokens)
+    for m in range(min(max_ngram, n - 1), 0, -1):          # longer n-grams first: more specific matches
+        suffix = tokens[n - m:]
+        for start in range(n - m - 1, -1, -1):             # newest first; may overlap the suffix itself
+            if tokens[start: start + m] == suffix:
+                return tokens[start + m: start + m + n_draft]
+    return []
+
+
+class PromptLookupDrafter:
+    """Draft up to `n_draft` tokens per step by n-gram lookup in the prompt and the text generated so far.
+
+    It drafts by copying. Take the last m tokens of the text so far (context + the anchor), find their most
+    recent earlier occurrence, and propose the tokens that followed it there; try m = max_ngram first, then
+    shorter n-grams, and draft nothing when even the last token never occurred before. Hugging Face
+    transformers ships this trick as `generate(..., prompt_lookup_num_tokens=k)`. It pays off when the output
+    repeats its input or itself (code edits, quoting, extraction, loops of a small greedy model) and costs
+    no model at all: one list scan per step.
+
+        context: ... a b c X Y Z ... a b c | anchor = c      last 3 tokens "a b c" occurred before,
+                           ^^^^^ drafts: X Y Z (up to n_draft)  followed by X Y Z: draft those
+
+    It speaks the drafter protocol of `speculative_generate` (speculative.py): it asks for one target layer's
+    features (the loop hands every drafter features) and ignores them, its cache is the list of verified
+    token ids, and `draft` hands `choose` one-hot logits, so the greedy and match rules pick exactly the
+    copied tokens and the rejection rule sees a one-hot q (exact). Drafts may be fewer than asked, or none;
+    the verify step then checks fewer tokens. Greedy output stays token-identical to plain greedy decoding.
+    """
+
+    kind = "prompt lookup"
+
+    def __init__(self, target, n_draft=10, max_ngram=3):
+        if n_draft < 0 or max_ngram < 1:
+            raise ValueError(f"need n_draft >= 0 and max_ngram >= 1, got {n_draft} and {max_ngram}")
+        self.target, self.max_ngram = target, max_ngram
+        self.config = types.SimpleNamespace(block_size=n_draft + 1, target_layer_ids=[0], mask_token_id=-1)
+
+    def new_cache(self, max_len):
+        """The verified token ids, oldest first (a plain list; `max_len` is not needed)."""
+        return []
+
+    def extend(self, cache, features, tokens):
+        """Append newly verified ids: tokens (1, t). `features` are unused."""
+        cache.extend(tokens[0].tolist())
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """Copy up to n_draft tokens by lookup; return choose(one-hot logits (n, V)), n <= n_draft (maybe
+        0)."""
+        copied = lookup(cache + [anchor], n_draft, self.max_ngram)
+        V = self.target.config.vocab_size
+        logits = torch.zeros(len(copied), V)                                       # (n, V)
+        logits[torch.arange(len(copied)), torch.tensor(copied, dtype=torch.long)] = ONE_HOT_SCALE
+        return choose(logits)
+
+
+# every baseline kind: its class and checkpoint; the DFlash kind that drafter.pt is not is one of them
+KINDS = {"ar": (ARDrafter, AR), "nofeat": (NoFeatureDrafter, NOFEAT),
+         "dflash": (Drafter, "drafter_dflash.pt"), "dflash2": (DFlash2Drafter, "drafter_dflash2.pt")}
 
 
 def base_config(config, cls=Drafter):
     """A `cls.config_class` with the fields it shares with `config`: every baseline takes the main drafter's
     size and features; a DFlash 2 one adds its defaults, the others drop DFlash 2's extra fields."""
-    return cls.config_class(**{f.name: getattr(config, f.name) for f in fields(cls.config_class) if hasattr(config, f.name)})
+    shared = [f.name for f in fields(cls.config_class) if hasattr(config, f.name)]
+    return cls.config_class(**{name: getattr(config, name) for name in shared})
 
 
 save_baseline = ckpt.save_drafter          # the checkpoint records drafter.kind ("ar" / "nofeat")
 
 
 def load_baseline(path, target, kind, device="cpu"):
-    """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's checks."""
+    """Load a baseline drafter of `kind` ("ar" or "nofeat") onto `target`, with checkpoint.load_drafter's
+    checks."""
     make = "python -m nanodflash.tools.baselines"
     return ckpt.load_drafter(path, target, device, cls=KINDS[kind][0], kind=kind, make=make,
                              retrain=f"{make} --out DIR --fresh")
@@ -202,12 +270,15 @@ def load_present(out_dir, target, device="cpu", main_kind=None):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--steps", type=ints(1, MAX_COUNT), default=None, help="optimisation steps (default: train_tiny's "
-                   "drafter steps)")
-    p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints or resume files exist")
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
+    p.add_argument("--steps", type=ints(1, MAX_COUNT), default=None, help="optimisation steps (default: "
+                   "train_tiny's drafter steps)")
+    p.add_argument("--fresh", action="store_true", help="retrain baselines whose checkpoints or resume files "
+                   "exist")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--eval_prompts", type=ints(1, 10000), default=16, help="held-out prompts for τ (default: %(default)s)")
+    p.add_argument("--eval_prompts", type=ints(1, 10000), default=16, help="held-out prompts for τ "
+                   "(default: %(default)s)")
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated kinds to train, of "
                    f"{', '.join(KINDS)}; drafter.pt's own kind is never retrained (default: all)")
     args = p.parse_args(argv)
@@ -218,9 +289,11 @@ def parse_args(argv=None):
     return args
 
 
-def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print, kinds=tuple(KINDS)):
-    """Train (or load) the baseline `kinds` but `drafter`'s own, with its config and `recipe`; return {kind: drafter}."""
-    models, min_anchor = {}, data["prompt_len"] - 1                   # as train_tiny: labels are target tokens
+def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu", log=print,
+                    kinds=tuple(KINDS)):
+    """Train (or load) the baseline `kinds` but `drafter`'s own, with its config and `recipe`; return
+    {kind: drafter}."""
+    models, min_anchor = {}, data["prompt_len"] - 1                  # as train_tiny: labels are target tokens
     for kind, (cls, fname) in KINDS.items():
         if kind == drafter.kind or kind not in kinds:
             continue
@@ -238,8 +311,9 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
 
         def eval_fn(m):
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
-        hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"], recipe["lr"],
-                             min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"], eval_fn=eval_fn,
+        hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"],
+                             recipe["lr"], min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"],
+                             eval_fn=eval_fn,
                              eval_every=max(1, recipe["steps"] // 4), resume=ckpt.resume_path(path),
                              soft_weight=recipe["soft_weight"], long_seqs=data.get("train_long"),
                              long_batch=recipe["long_batch"], long_anchors=recipe["long_anchors"])
@@ -259,7 +333,8 @@ def main(argv=None):
         recipe["steps"] = args.steps or recipe["steps"]
         data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")
         t0 = time.perf_counter()
-        models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device, kinds=args.kinds)
+        models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device,
+                                 kinds=args.kinds)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -271,18 +346,18 @@ def main(argv=None):
     torch.set_num_threads(DECODE_THREADS)
     P, val = data["prompt_len"], data["val"]
     prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
-    kind = drafter.kind                                               # "dflash" or "dflash2" (drafter.pt's kind)
-    other = "dflash" if kind == "dflash2" else "dflash2"              # the other DFlash kind, trained the same way
+    kind = drafter.kind                                          # "dflash" or "dflash2" (drafter.pt's kind)
+    other = "dflash" if kind == "dflash2" else "dflash2"         # the other DFlash kind, trained the same way
     named = {other: other, "dflash no-features": "nofeat", "ar": "ar"}
     drafters = {kind: drafter, **{name: models[k] for name, k in named.items() if k in models}}
-    print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy; the AR drafter's slot k is "
-          "given the true tokens before it, so its accuracy does not fall with k) ===")
+    print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy; the AR drafter's slot k "
+          "is given the true tokens before it, so its accuracy does not fall with k) ===")
     for name, d in drafters.items():
         acc = slot_accuracy(d, val, min_anchor=P - 1)
-        recall = acc.get("slot_recall")                          # top-16 recall, when slot_accuracy reports it
+        recall = acc.get("slot_recall")                      # top-16 recall, when slot_accuracy reports it
+        recall = "" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)
         print(f"{name:<20} expected tau {acc['expected_tau']:5.2f} | per-slot accuracy "
-              + " ".join(f"{a:.2f}" for a in acc["slot_acc"])
-              + ("" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)))
+              + " ".join(f"{a:.2f}" for a in acc["slot_acc"]) + recall)
     B = drafter.config.block_size
     rows = [(f"{name} B={B}", d, B) for name, d in drafters.items() if name != "ar"]
     if "ar" in models:
@@ -294,8 +369,8 @@ def main(argv=None):
         print(f"{name:<26} tau {taus[name]:5.2f}")
     if "nofeat" in models:
         full, nofeat = taus[f"{kind} B={B}"], taus[f"dflash no-features B={B}"]
-        print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% lower "
-              "(the paper: ~40% lower)")
+        print(f"without target features: tau {full:.2f} -> {nofeat:.2f}, {100 * (1 - nofeat / full):.0f}% "
+              "lower (the paper: ~40% lower)")
     print(f"speed side by side: python -m nanodflash.tools.bench --out {args.out}")
 
 

@@ -1,6 +1,7 @@
-"""Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one process.
+"""Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one
+process.
 
-    python -m nanodflash.tools.bench --out out [--json bench.json]     # the table, the step costs, the ceiling
+    python -m nanodflash.tools.bench --out out [--json bench.json]   # the table, the step costs, the ceiling
 
 All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
 after a warm-up. Reported per row:
@@ -12,11 +13,12 @@ after a warm-up. Reported per row:
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
 Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16/auto", or
 "dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup
-k=4/10` (n-gram copying, no model: prompt_lookup.py), always; with the drafters `python -m nanodflash.tools.baselines`
-trains, "ar k=3/7/15" and "dflash no-features"; with any other DFlash-style drafter of kind K passed in,
-"K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p 0.95 (how people sample): plain, and each
-DFlash-style drafter with each verifier (sampled rows at B=4, the drafter's B and B=auto). When the run made a
-sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows follow the main drafter's ("dflash2-sampling ...").
+k=4/10` (n-gram copying, no model: baselines.PromptLookupDrafter), always; with the drafters
+`python -m nanodflash.tools.baselines` trains, "ar k=3/7/15" and "dflash no-features"; with any other
+DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p
+0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at B=4, the
+drafter's B and B=auto). When the run made a sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows
+follow the main drafter's ("dflash2-sampling ...").
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
@@ -25,7 +27,7 @@ After the table:
     slots        per draft slot of the T=0.7 rejection rows (main drafter, and the sampling drafter if any):
                  sum min(p, q) = 1 - TV and acceptance
     oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
-                 would reach (bench_extras.py): how much a better choice of token could still gain
+                 would reach (bench_sections.py): how much a better choice of token could still gain
     draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
     and a comparison of the DFlash row's tokens/s with the best AR and the best prompt lookup setting.
 
@@ -42,26 +44,34 @@ import time
 
 import torch
 
-from .bands import format_bands, tau_by_band
-from .baselines import load_present
-from .bench_extras import (compare, draft_cost_curve, draft_step_seconds, format_ceiling, format_cost_curve,
-                           format_draft_steps, format_policy_costs, format_slot_acceptance, format_table, oracle_section,
-                           policy_costs, realistic_context, slot_acceptance, step_costs)
-from .bench_methods import (SAMPLED, Method, default_methods, dflash_method, dflash_style, kind_of, plain_method,
-                            prompt_lookup_method, sampling_drafters)
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
-from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
 from ..data import val_prompts
-from .timing import ForwardCounter, machine, sync
+from . import bench_sections as sections
+from .baselines import load_present
+from .bench_methods import (
+    SAMPLED,
+    Method,
+    default_methods,
+    dflash_method,
+    dflash_style,
+    kind_of,
+    plain_method,
+    prompt_lookup_method,
+    sampling_drafters,
+)
+from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
+from .measure import ForwardCounter, format_bands, machine, sync, tau_by_band
 
-__all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",   # the methods
-           "prompt_lookup_method"]                                               # are importable from here too
+# the methods are importable from here too
+__all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",
+           "prompt_lookup_method"]
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 10, 16, 96, 1337   # --max_new_tokens 480: long generations
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
 ORACLE_TOP_K = 16
 
-def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED, warmup=True):
+def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
+                  warmup=True):
     """Run every method on every prompt (interleaved); return one row dict per method.
 
     Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
@@ -83,13 +93,15 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if warmup:                                              # first calls pay for allocation and kernel setup
         for m in methods:
             m.run(target, drafter, prompts[0], min(16, max_new_tokens), torch.Generator().manual_seed(seed))
-    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[], bounds=[], runs=[],
-                        matches_plain=True if m.temperature == 0 else None) for m in methods}
+    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
+                        bounds=[], runs=[], matches_plain=True if m.temperature == 0 else None)
+           for m in methods}
     counter = ForwardCounter(target)
     try:
         for i, prompt in enumerate(prompts):
             outputs = {}
-            for m in methods[i % len(methods):] + methods[: i % len(methods)]:   # rotated: no method always first
+            rotated = methods[i % len(methods):] + methods[: i % len(methods)]   # no method always first
+            for m in rotated:
                 a, gen = acc[m.name], torch.Generator().manual_seed(seed + i)
                 counter.n = 0
                 sync(device)
@@ -104,13 +116,14 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
                 a["seconds"] += dt
                 a["rates"].append(len(tokens) / dt)
                 if stats is not None:
-                    a["runs"].append(stats.acceptance_lengths)                     # for τ by position (bands.py)
+                    a["runs"].append(stats.acceptance_lengths)                     # for τ by position band
                     a["draft_s"] += stats.draft_time
                     a["verify_s"] += stats.verify_time
                     loop, steps = stats.draft_time + stats.verify_time, len(stats.acceptance_lengths)
-                    a["bounds"].append(dict(tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
-                                            tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
-                                            verify_s=stats.verify_time / max(steps, 1)))   # loop <= dt (see above)
+                    a["bounds"].append(dict(                               # loop <= dt (see above)
+                        tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
+                        tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
+                        verify_s=stats.verify_time / max(steps, 1)))
             greedy = [m.name for m in methods if m.temperature == 0]
             for name in greedy:                             # lossless: every greedy output == the first one's
                 acc[name]["matches_plain"] &= outputs[name] == outputs[greedy[0]]
@@ -119,13 +132,14 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     rows, n = [], len(prompts)
     for m in methods:
         a = acc[m.name]
-        rate, bounds = statistics.median(a.pop("rates")), sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
+        rate = statistics.median(a.pop("rates"))
+        bounds = sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
         runs = a.pop("runs")
-        a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # JSON-friendly
+        a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # for JSON
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
                          tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
                          forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate,
-                         bound=bounds[len(bounds) // 2] if bounds else None, **a))   # median (upper one if even)
+                         bound=bounds[len(bounds) // 2] if bounds else None, **a))   # median (upper if even)
     for r in rows:
         base = next(b for b in rows if b["temperature"] == r["temperature"])
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
@@ -135,7 +149,8 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
     p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
                    "trained on, from OUT/run.json)")
     p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS,
@@ -147,13 +162,16 @@ def parse_args(argv=None):
                    help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--threads", type=threads, default=DECODE_THREADS,
-                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like train_tiny.py's "
-                   "summary)")
-    p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy rows, no "
-                   "extra sections but the step costs: a quick check, e.g. of long generations (--max_new_tokens 480)")
-    p.add_argument("--drafters", nargs="+", default=[], metavar="DIR", help="more drafters to compare, each DIR's "
-                   "drafter.pt, trained on the same target as --out's (e.g. another recipe): rows named by the folder")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and settings as JSON")
+                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like "
+                   "train_tiny.py's summary)")
+    p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy "
+                   "rows, no extra sections but the step costs: a quick check, e.g. of long generations "
+                   "(--max_new_tokens 480)")
+    p.add_argument("--drafters", nargs="+", default=[], metavar="DIR", help="more drafters to compare, each "
+                   "DIR's drafter.pt, trained on the same target as --out's (e.g. another recipe): rows "
+                   "named by the folder")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
+                   "settings as JSON")
     args = p.parse_args(argv)
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         p.error(f"--json {args.json}: its folder does not exist")
@@ -167,8 +185,9 @@ def main(argv=None, extra=None):
     torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
-        extra = {**load_present(args.out, target, args.device, drafter.kind), **(extra or {})}   # baselines, if trained
-        for folder in args.drafters:                       # other recipes on the same target (checked by fingerprint)
+        baselines = load_present(args.out, target, args.device, drafter.kind)     # those trained, if any
+        extra = {**baselines, **(extra or {})}
+        for folder in args.drafters:           # other recipes on the same target (checked by fingerprint)
             name = os.path.basename(os.path.normpath(folder))
             if name in extra or name == kind_of(drafter):
                 raise ValueError(f"--drafters {folder}: its row name {name!r} is taken; rename the folder")
@@ -190,37 +209,43 @@ def main(argv=None, extra=None):
           f"{args.max_new_tokens} new tokens each | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
     print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
-    print(format_table(rows))
+    print(sections.format_table(rows))
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
           "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
-    print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: {'NO: ' + ', '.join(bad) if bad else 'yes'}")
+    print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: "
+          f"{'NO: ' + ', '.join(bad) if bad else 'yes'}")
 
     # the ceiling, from in-loop costs
-    main_row = by_name.get(f"{kind} greedy B={min(16, drafter.config.block_size)}")
-    policy = policy_costs(by_name, kind, min(16, drafter.config.block_size))      # block_policy's constants, here
+    main_B = min(16, drafter.config.block_size)
+    main_row = by_name.get(f"{kind} greedy B={main_B}")
+    policy = sections.policy_costs(by_name, kind, main_B)               # block_policy's constants, measured
     if main_row is not None:
-        print(format_ceiling(main_row, by_name["plain greedy"]))
+        print(sections.format_ceiling(main_row, by_name["plain greedy"]))
         if policy:
-            print(format_policy_costs(policy))
+            print(sections.format_policy_costs(policy))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 
     acceptance = oracles = None
     family = {kind: drafter, **dflash_style(extra)}
     if not args.greedy_only:
-        # sampling: where each sampling drafter's rejection rows lose tokens, slot by slot (sum min(p, q) = 1 - TV)
+        # sampling: where each sampling drafter's rejection rows lose tokens, slot by slot
+        # (sum min(p, q) = 1 - TV)
         T, p = SAMPLED
         acceptance = {}
         for name, d in sampling_drafters(drafter, sampler).items():
-            acceptance[name] = slot_acceptance(target, d, prompts, args.max_new_tokens, T, p, args.seed)
-            print("\n" + format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
+            acceptance[name] = sections.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
+                                                        args.seed)
+            print("\n" + sections.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
-        text, oracles = oracle_section(target, family, prompts, args.max_new_tokens, by_name, ORACLE_TOP_K)
+        text, oracles = sections.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
+                                                ORACLE_TOP_K)
         print("\n" + text)
 
     # step costs in isolation, and one draft step per DFlash-style drafter
-    costs = step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2, n=N_TIMED_CALLS)
+    costs = sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2,
+                                n=N_TIMED_CALLS)
     B, ms = costs["block_size"], {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
     print(f"\nstep costs (median of {N_TIMED_CALLS} calls, context {costs['context_len']} tokens, B={B}):")
     for label, key in ((f"draft  (drafter: {B - 1} tokens, one pass)", "draft_s"),
@@ -228,27 +253,29 @@ def main(argv=None, extra=None):
                        ("plain  (target: 1 token, with cache)", "plain_step_s")):
         print(f"  {label:<40} {ms[key]:8.3f} ms")
     if args.max_new_tokens > 96:                           # the same steps late in a long generation
-        late = step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B, n=N_TIMED_CALLS)
+        late = sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B,
+                                   n=N_TIMED_CALLS)
         costs["late"] = late
         print(f"  at context {late['context_len']}: " + ", ".join(
-            f"{k.split('_')[0]} {1e3 * late[k]:.3f} ms ({late[k] / costs[k]:.2f}x)" for k in ("draft_s", "verify_s",
-                                                                                         "plain_step_s")))
+            f"{k.split('_')[0]} {1e3 * late[k]:.3f} ms ({late[k] / costs[k]:.2f}x)"
+            for k in ("draft_s", "verify_s", "plain_step_s")))
     draft_steps = None
     if len(family) > 1:                                    # e.g. DFlash 2 vs DFlash, same context and B
-        context = realistic_context(target, prompts[0], costs["context_len"])
-        draft_steps = draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
-        print("\n".join(format_draft_steps(draft_steps, family, B - 1, kind)))
+        context = sections.realistic_context(target, prompts[0], costs["context_len"])
+        draft_steps = sections.draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
+        print("\n".join(sections.format_draft_steps(draft_steps, family, B - 1, kind)))
 
     curve = None
-    if "ar" in extra:                                      # the paper's Figure 3: flat for DFlash, linear for AR
-        curve = draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
-        print("\n" + format_cost_curve(curve))
-    lines = [compare(main_row, [r for r in rows if r["name"].startswith("ar ")], "AR"),
-             compare(main_row, [r for r in rows if r["name"].startswith("prompt lookup")], "prompt lookup")]
+    if "ar" in extra:                                # the paper's Figure 3: flat for DFlash, linear for AR
+        curve = sections.draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
+        print("\n" + sections.format_cost_curve(curve))
+    lines = [sections.compare(main_row, [r for r in rows if r["name"].startswith(prefix)], what)
+             for prefix, what in (("ar ", "AR"), ("prompt lookup", "prompt lookup"))]
     print("\n".join([""] + [line for line in lines if line]))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(rows=rows, step_costs=costs, ceiling=None if main_row is None else main_row["ceiling"],
+            ceiling = None if main_row is None else main_row["ceiling"]
+            json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling,
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
                            draft_cost_curve=curve, policy_costs=policy, machine=where, out=args.out,
                            n_prompts=len(prompts), prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,

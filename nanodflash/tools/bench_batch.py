@@ -1,17 +1,19 @@
-"""Batched decoding benchmark: plain batched decoding vs batched DFlash, per batch size, side by side in one run.
+"""Batched decoding benchmark: plain batched decoding vs batched DFlash, per batch size, side by side in one
+run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
     python -m nanodflash.tools.bench_batch --out DIR --costs_only     # measure batch_policy.py's cost tables
 
-For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut into
-batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up. Methods:
-plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16 and auto, all
-greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1 bar. Reported:
-total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to plain at the same R,
-τ, the batch size at which each block size stops paying (its first R with tokens/s below plain's), and whether
-every greedy output equals plain's. Then the cost tables batch_policy.py's block_size="auto" uses, measured here: one
-target forward of R rows x t tokens, and one drafter pass (draft + projecting the verified context), each
-relative to a (1 row, 1 token) target forward, at context CONTEXT, median of N_TIMED calls.
+For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
+into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up.
+Methods: plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16
+and auto, all greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
+bar. Reported: total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to
+plain at the same R, τ, the batch size at which each block size stops paying (its first R with tokens/s below
+plain's), and whether every greedy output equals plain's. Then the cost tables batch_policy.py's
+block_size="auto" uses, measured here: one target forward of R rows x t tokens, and one drafter pass (draft +
+projecting the verified context), each relative to a (1 row, 1 token) target forward, at context CONTEXT,
+median of N_TIMED calls.
 """
 
 import argparse
@@ -26,7 +28,7 @@ from ..checkpoint import load, run_corpus
 from ..data import val_prompts
 from ..speculative import speculative_generate
 from .cli import MAX_SEED, ints, threads
-from .timing import machine, median_time, sync
+from .measure import machine, median_time, sync
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 COST_ROWS, CONTEXT, N_TIMED = (1, 4, 8, 16, 32), 64, 30
@@ -47,7 +49,8 @@ def batch1_methods(drafter):
 
 
 def run_batch_size(target, drafter, prompts, R, max_new_tokens):
-    """{method name: dict(tokens, seconds, tau, matches_plain)} over the prompts in batches of R, interleaved."""
+    """{method name: dict(tokens, seconds, tau, matches_plain)} over the prompts in batches of R,
+    interleaved."""
     ms = methods(drafter) + (batch1_methods(drafter) if R == 1 else [])
     device = next(target.parameters()).device
     chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
@@ -78,11 +81,11 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
 
 
 @torch.no_grad()
-def cost_tables(target, drafter, prompt, rows=COST_ROWS, tokens=COST_TOKENS, n=N_TIMED):   # rows, tokens start at 1
-    """(target, drafter) tables {R: [cost at t for t in tokens]}: one ragged forward of R rows x t tokens, and one
-    drafter pass of R rows x t slots plus projecting t verified positions per row, at context CONTEXT, in units of
-    a (1 row, 1 token) target forward. Rows get different contexts' lengths (CONTEXT - r % 3) so the ragged
-    write and mask are the ones the loop uses."""
+def cost_tables(target, drafter, prompt, rows=COST_ROWS, tokens=COST_TOKENS, n=N_TIMED):
+    """(target, drafter) tables {R: [cost at t for t in tokens]}: one ragged forward of R rows x t tokens, and
+    one drafter pass of R rows x t slots plus projecting t verified positions per row, at context CONTEXT, in
+    units of a (1 row, 1 token) target forward (rows and tokens start at 1). Rows get different contexts'
+    lengths (CONTEXT - r % 3) so the ragged write and mask are the ones the loop uses."""
     device = next(target.parameters()).device
     context = (prompt * (CONTEXT // len(prompt) + 1))[:CONTEXT]
     times_t, times_d = {}, {}
@@ -91,7 +94,7 @@ def cost_tables(target, drafter, prompt, rows=COST_ROWS, tokens=COST_TOKENS, n=N
         batch.prefill()
         lens, dlens = list(batch.cache.lengths), list(batch.dcache.lengths)
         for t in tokens:
-            block = torch.tensor([context[:t]] * R, device=device)                       # (R, t): any t tokens
+            block = torch.tensor([context[:t]] * R, device=device)                 # (R, t): any t tokens
             _, feats = batch.forward(block)
 
             def verify():
@@ -120,15 +123,21 @@ def format_costs(table, name):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the run's, OUT/run.json)")
-    p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated (default: %(default)s)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="held-out prompts per batch size")
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the run's, "
+                   "OUT/run.json)")
+    p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated "
+                   "(default: %(default)s)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="held-out prompts per batch "
+                   "size")
     p.add_argument("--max_new_tokens", type=ints(2, 100000), default=MAX_NEW_TOKENS)
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED)
-    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads "
+                   "(default: %(default)s)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of batch_policy.py (batch.py's auto)")
+    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of "
+                   "batch_policy.py (batch.py's auto)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     try:
@@ -145,9 +154,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     tok, target, drafter = load(args.out, args.device)
     prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
-    print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, B={drafter.config.block_size}) | "
-          f"{len(prompts)} prompts x {PROMPT_LEN} tokens, {args.max_new_tokens} new tokens, greedy | "
-          f"{machine(args.device)}")
+    print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, "
+          f"B={drafter.config.block_size}) | {len(prompts)} prompts x {PROMPT_LEN} tokens, "
+          f"{args.max_new_tokens} new tokens, greedy | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     if not args.costs_only:
         t0 = time.perf_counter()
@@ -166,20 +175,22 @@ def main(argv=None):
                     cells.append(f"{'':>22}")
                     continue
                 tau = f" [{a['tau']:.2f}]" if a["tau"] else ""
-                cells.append(f"{a['tokens_per_s']:8.1f} ({a['tokens_per_s'] / plain['tokens_per_s']:4.2f}x){tau:>7}")
+                ratio = a["tokens_per_s"] / plain["tokens_per_s"]
+                cells.append(f"{a['tokens_per_s']:8.1f} ({ratio:4.2f}x){tau:>7}")
             print(f"{name:<22}" + "".join(f"{c:>22}" for c in cells))
         print("\nbatch size at which each block size stops paying (tokens/s below plain):")
         for name in spec:
             worse = [R for R in args.batch if result["batch"][R][name]["tokens_per_s"]
                      < result["batch"][R]["plain"]["tokens_per_s"]]
-            print(f"  {name:<14} {'batch ' + str(worse[0]) if worse else 'never, up to batch ' + str(args.batch[-1])}")
+            where = f"batch {worse[0]}" if worse else f"never, up to batch {args.batch[-1]}"
+            print(f"  {name:<14} {where}")
         print("\nauto against plain and against the best fixed block size, per batch size:")
         for R in args.batch:
             res, fixed = result["batch"][R], [n for n in spec if n != "dflash B=auto"]
             best = max(fixed, key=lambda n: res[n]["tokens_per_s"])
             rate = res["dflash B=auto"]["tokens_per_s"]
-            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x, auto / best fixed "
-                  f"({best}) {rate / res[best]['tokens_per_s']:.2f}x")
+            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x, auto / best "
+                  f"fixed ({best}) {rate / res[best]['tokens_per_s']:.2f}x")
         if 1 in result["batch"]:
             res = result["batch"][1]
             for loop in [n for n in res if n.startswith("batch-1 loop")]:
@@ -187,7 +198,8 @@ def main(argv=None):
                 print(f"  batch 1: {same} (batched code) / {loop}: "
                       f"{res[same]['tokens_per_s'] / res[loop]['tokens_per_s']:.2f}x")
         bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items() if not a["matches_plain"]]
-        print(f"greedy outputs identical to plain batched decoding everywhere: {'NO: ' + str(bad) if bad else 'yes'}")
+        print("greedy outputs identical to plain batched decoding everywhere: "
+              f"{'NO: ' + str(bad) if bad else 'yes'}")
     target_cost, draft_cost, unit = cost_tables(target, drafter, prompts[0])
     print(f"\ncost tables (context {CONTEXT}, median of {N_TIMED} calls; unit = {1e3 * unit:.3f} ms):")
     print(format_costs(target_cost, "TARGET_COST: one target forward"))

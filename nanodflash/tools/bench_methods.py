@@ -1,4 +1,5 @@
-"""The benchmark's methods (its rows): plain decoding, DFlash with a drafter, prompt lookup, at any temperature.
+"""The benchmark's methods (its rows): plain decoding, DFlash with a drafter, prompt lookup, at any
+temperature.
 
 A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
 -> (tokens, SpecStats or None)`; `default_methods` lists the rows `python -m nanodflash.tools.bench` runs.
@@ -6,12 +7,11 @@ A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, 
 
 from collections import namedtuple
 
-from .baselines import AR_KS
-from .prompt_lookup import PromptLookupDrafter
 from ..speculative import generate, speculative_generate
+from .baselines import AR_KS, PromptLookupDrafter
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
-NOT_DFLASH = ("ar", "nofeat")    # extra drafter kinds that are not DFlash-style (no block logits to select from)
+NOT_DFLASH = ("ar", "nofeat")   # extra drafter kinds that are not DFlash-style (no block logits to pick from)
 SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
 SAMPLED_B = 4           # the small block size of the sampled rows (next to the drafter's B and "auto")
 
@@ -21,7 +21,9 @@ Method = namedtuple("Method", "name temperature run")
 def plain_method(temperature=0.0, top_p=None):
     """Plain autoregressive decoding with the KV cache: one target forward per token."""
     def run(target, drafter, prompt, max_new_tokens, generator):
-        return generate(target, prompt, max_new_tokens, temperature=temperature, top_p=top_p, generator=generator), None
+        tokens = generate(target, prompt, max_new_tokens, temperature=temperature, top_p=top_p,
+                          generator=generator)
+        return tokens, None
     return run
 
 
@@ -29,13 +31,14 @@ def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, t
     """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter)."""
     def run(target, default_drafter, prompt, max_new_tokens, generator):
         return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
-                                    block_size=block_size, temperature=temperature, top_p=top_p, verifier=verifier,
-                                    generator=generator)
+                                    block_size=block_size, temperature=temperature, top_p=top_p,
+                                    verifier=verifier, generator=generator)
     return run
 
 
 def prompt_lookup_method(n_draft):
-    """Greedy speculative decoding with prompt lookup drafts (up to n_draft copied tokens a step, no model)."""
+    """Greedy speculative decoding with prompt lookup drafts (up to n_draft copied tokens a step, no
+    model)."""
     def run(target, drafter, prompt, max_new_tokens, generator):
         return speculative_generate(target, PromptLookupDrafter(target, n_draft), prompt, max_new_tokens,
                                     generator=generator)
@@ -53,31 +56,32 @@ def dflash_style(extra):
 
 
 def sampled_sizes(B):
-    """Block sizes of the sampled rows: SAMPLED_B (small blocks pay when most drafts are rejected), the drafter's
-    own B, and "auto" (block_policy.py)."""
+    """Block sizes of the sampled rows: SAMPLED_B (small blocks pay when most drafts are rejected), the
+    drafter's own B, and "auto" (block_policy.py)."""
     return [*sorted({min(SAMPLED_B, B), B}), "auto"]
 
 
 def sampling_drafters(drafter, sampler):
-    """{row-name prefix: drafter} of the drafters that get the T=1 and T=0.7 rows: the main one, and the sampling
-    drafter (drafter_sampling.pt) as "K-sampling" when the run made one."""
+    """{row-name prefix: drafter} of the drafters that get the T=1 and T=0.7 rows: the main one, and the
+    sampling drafter (drafter_sampling.pt) as "K-sampling" when the run made one."""
     kind = kind_of(drafter)
     return {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}
 
 
 def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
-    """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py); for
-    each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features" when
-    `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each verifier;
-    then T=0.7 top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each verifier; every sampled
-    DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`). `sampler` (the run's drafter_sampling.pt) gets
-    the main drafter's T=1 and T=0.7 rows too, named "K-sampling ...".
+    """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py);
+    for each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features"
+    when `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each
+    verifier; then T=0.7 top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each
+    verifier; every sampled DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`). `sampler` (the
+    run's drafter_sampling.pt) gets the main drafter's T=1 and T=0.7 rows too, named "K-sampling ...".
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
     greedy and the drafter's greedy rows only."""
     B, kind, extra = drafter.config.block_size, kind_of(drafter), baselines or {}
     if kind in extra:
-        raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share names")
+        raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share "
+                         "names")
     methods = [Method("plain greedy", 0.0, plain_method(0.0))]
     sizes = [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]
     methods += [Method(f"{kind} greedy B={b}", 0.0, dflash_method(b)) for b in sizes]
@@ -102,7 +106,8 @@ def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
                     for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
     T, p = SAMPLED
     methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
-    for k, d in {**samplers, **dflash_style(extra)}.items():          # DFlash 2's rejection rows use its selector's q
-        methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, None if d is drafter else d, p))
+    for k, d in {**samplers, **dflash_style(extra)}.items():
+        own = None if d is drafter else d          # DFlash 2's rejection rows use its selector's q
+        methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, own, p))
                     for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
     return methods

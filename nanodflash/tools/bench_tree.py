@@ -1,13 +1,15 @@
-"""Tree rows benchmark: DFlash 2's single path vs tree verification (tree.py), greedy, side by side in one run.
+"""Tree rows benchmark: DFlash 2's single path vs tree verification (tree.py), greedy, side by side in one
+run.
 
     python -m nanodflash.tools.bench_tree --out out [--n_prompts 64] [--sizes 16 32 64] [--json tree.json]
-    python -m nanodflash.tools.bench_tree --out out --sweep 1 0.5 0.25     # τ only: sizes x tree temperatures
+    python -m nanodflash.tools.bench_tree --out out --sweep 1 0.5 0.25   # τ only: sizes x tree temperatures
 
-Rows (all greedy, interleaved per prompt after a warm-up, by bench.run_benchmark): "plain greedy", the drafter's
-single path "<kind> B=16" (speculative_generate), and "<kind> tree N=16/32/64" (tree_speculative_generate with at
-most N draft nodes a step). Per row: τ (tokens per draft+verify step, the prefill's token not counted), tok/s
-(median over prompts), speedup over plain greedy, draft nodes verified per step, the in-loop draft and verify
-milliseconds per step, and whether every output equals plain greedy's.
+Rows (all greedy, interleaved per prompt after a warm-up, by bench.run_benchmark): "plain greedy", the
+drafter's single path "<kind> B=16" (speculative_generate), and "<kind> tree N=16/32/64"
+(tree_speculative_generate with at most N draft nodes a step). Per row: τ (tokens per draft+verify step,
+the prefill's token not counted), tok/s (median over prompts), speedup over plain greedy, draft nodes
+verified per step, the in-loop draft and verify milliseconds per step, and whether every output equals plain
+greedy's.
 
 After the table:
     per depth    P(a step accepts >= d drafts), d = 1..B-1, for each speculative row
@@ -24,14 +26,14 @@ import time
 
 import torch
 
-from .bench import PROMPT_LEN, SEED, run_benchmark
-from .bench_methods import Method, kind_of, plain_method
-from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
-from .timing import machine
 from ..checkpoint import load
 from ..data import val_prompts
 from ..speculative import generate, speculative_generate
 from ..tree import TREE_TEMPERATURE, slot_candidates, tree_speculative_generate
+from .bench import PROMPT_LEN, SEED, run_benchmark
+from .bench_methods import Method, kind_of, plain_method
+from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
+from .measure import machine
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -53,9 +55,10 @@ def tree_methods(drafter, sizes, block_size, branching=None, tree_temperature=TR
         return speculative_generate(target, d, prompt, n, block_size=block_size)
 
     def tree(N):
-        return lambda target, d, prompt, n, g: tree_speculative_generate(target, d, prompt, n, tree_nodes=N,
-                                                                         branching=branching,
-                                                                         tree_temperature=tree_temperature)
+        def run(target, d, prompt, n, g):
+            return tree_speculative_generate(target, d, prompt, n, tree_nodes=N, branching=branching,
+                                             tree_temperature=tree_temperature)
+        return run
     methods = [Method("plain greedy", 0.0, plain_method())]
     for name, run in [(f"{kind} B={block_size}", single)] + [(f"{kind} tree N={N}", tree(N)) for N in sizes]:
         records[name] = []
@@ -71,8 +74,8 @@ def depth_profile(stats_list, n_depth):
 
 @torch.no_grad()
 def candidate_ceiling(target, drafter, prompts, references, single_runs):
-    """At each anchor the single path visited: per slot d, is the true token a candidate (`recall`), and are the
-    true tokens of slots 1..d all candidates (`prefix`)? -> dict(recall, prefix, tau_ceiling, anchors)."""
+    """At each anchor the single path visited: per slot d, is the true token a candidate (`recall`), and are
+    the true tokens of slots 1..d all candidates (`prefix`)? -> dict(recall, prefix, tau_ceiling, anchors)."""
     n_depth = drafter.config.block_size - 1
     hits, prefix, count = [0] * n_depth, [0] * n_depth, [0] * n_depth
     anchors, device = 0, next(target.parameters()).device
@@ -81,7 +84,7 @@ def candidate_ceiling(target, drafter, prompts, references, single_runs):
         ids = torch.tensor([truth], device=device)
         _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)      # (1, S, F) every position
         dcache, done, start = drafter.new_cache(len(truth)), 0, len(prompt)
-        for a in stats.acceptance_lengths:                                      # the anchors of the single path
+        for a in stats.acceptance_lengths:                                 # the anchors of the single path
             n = min(n_depth, len(truth) - start - 1)
             if n < 1:
                 break
@@ -113,16 +116,19 @@ def sweep(target, drafter, prompts, max_new_tokens, sizes, temperatures, block_s
                 raise ValueError("a greedy output differs from plain greedy: the decoder is not lossless")
             lengths += stats.acceptance_lengths
         return sum(lengths) / max(len(lengths), 1)
-    taus = {(None, None): tau(lambda p: speculative_generate(target, drafter, p, max_new_tokens, block_size=block_size))}
+    taus = {(None, None): tau(lambda p: speculative_generate(target, drafter, p, max_new_tokens,
+                                                             block_size=block_size))}
     for s in temperatures:
         for N in sizes:
-            taus[N, s] = tau(lambda p: tree_speculative_generate(target, drafter, p, max_new_tokens, tree_nodes=N,
-                                                                branching=branching, tree_temperature=s))
+            taus[N, s] = tau(lambda p: tree_speculative_generate(target, drafter, p, max_new_tokens,
+                                                                tree_nodes=N, branching=branching,
+                                                                tree_temperature=s))
     return taus
 
 
 def format_sweep(taus, sizes, temperatures, name):
-    lines = [f"tau, {name}: {taus[None, None]:.2f}", f"{'tree_temperature':>18}" + "".join(f"{'N=' + str(N):>8}" for N in sizes)]
+    lines = [f"tau, {name}: {taus[None, None]:.2f}",
+             f"{'tree_temperature':>18}" + "".join(f"{'N=' + str(N):>8}" for N in sizes)]
     for s in temperatures:
         lines.append(f"{s:>18g}" + "".join(f"{taus[N, s]:>8.2f}" for N in sizes))
     return "\n".join(lines)
@@ -136,30 +142,37 @@ def format_rows(rows, records):
         st = records.get(r["name"])
         nodes = (sum(sum(getattr(s, "tree_nodes", None) or [b - 1 for b in s.block_sizes]) for s in st) /
                  max(sum(len(s.acceptance_lengths) for s in st), 1)) if st else None
+        per_step = (f"{nodes:>10.1f} {1e3 * r['draft_s'] / steps:>9.3f} {1e3 * r['verify_s'] / steps:>9.3f}"
+                    if st else f"{'-':>10} {'-':>9} {'-':>9}")
         lines.append(f"{r['name']:<24} {r['tau']:>6.2f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x "
-                     + (f"{nodes:>10.1f} {1e3 * r['draft_s'] / steps:>9.3f} {1e3 * r['verify_s'] / steps:>9.3f}"
-                        if st else f"{'-':>10} {'-':>9} {'-':>9}")
-                     + f"  {'yes' if r['matches_plain'] else 'NO'}")
+                     + per_step + f"  {'yes' if r['matches_plain'] else 'NO'}")
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the built-in corpus)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="validation prompts (default: %(default)s)")
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the built-in "
+                   "corpus)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="validation prompts "
+                   "(default: %(default)s)")
     p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
                    help="tokens generated per prompt (default: %(default)s)")
     p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
                    help="tree sizes N (draft nodes per step, at most) (default: %(default)s)")
-    p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most (default: K)")
+    p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most "
+                   "(default: K)")
     p.add_argument("--tree_temperature", type=floats(0, None, low_open=True), default=TREE_TEMPERATURE,
                    help="path scores = log-softmax(drafter scores / this) (default: %(default)s)")
-    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts (default: %(default)s)")
+    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts "
+                   "(default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads (default: %(default)s)")
+    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads "
+                   "(default: %(default)s)")
     p.add_argument("--sweep", type=floats(0, None, low_open=True), nargs="+", default=None, metavar="S",
-                   help="instead of the table: τ of every size at each of these tree temperatures (no timing)")
+                   help="instead of the table: τ of every size at each of these tree temperatures (no "
+                   "timing)")
     p.add_argument("--no_ceiling", action="store_true", help="skip the candidate ceiling section")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and sections as JSON")
     return p.parse_args(argv)
@@ -174,10 +187,11 @@ def main(argv=None):
         B = min(16, drafter.config.block_size)
         if args.sweep:
             t0 = time.perf_counter()
-            taus = sweep(target, drafter, prompts, args.max_new_tokens, args.sizes, args.sweep, B, args.branching)
-            print(f"nanodflash.tools.bench_tree --sweep: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} "
-                  f"tokens, {args.max_new_tokens} new tokens each, greedy, all outputs = plain greedy | "
-                  f"{time.perf_counter() - t0:.0f}s")
+            taus = sweep(target, drafter, prompts, args.max_new_tokens, args.sizes, args.sweep, B,
+                         args.branching)
+            print(f"nanodflash.tools.bench_tree --sweep: {args.out} | {len(prompts)} validation prompts x "
+                  f"{PROMPT_LEN} tokens, {args.max_new_tokens} new tokens each, greedy, all outputs = plain "
+                  f"greedy | {time.perf_counter() - t0:.0f}s")
             print(format_sweep(taus, args.sizes, args.sweep, f"{kind_of(drafter)} B={B} single path"))
             return
         methods, records = tree_methods(drafter, args.sizes, B, args.branching, args.tree_temperature)
@@ -192,8 +206,9 @@ def main(argv=None):
         sys.exit(1)
     wall = time.perf_counter() - t0
     where = machine(args.device)
-    print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
-          f"{args.max_new_tokens} new tokens each, greedy, tree_temperature {args.tree_temperature} | {where}")
+    print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} "
+          f"tokens, {args.max_new_tokens} new tokens each, greedy, tree_temperature "
+          f"{args.tree_temperature} | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
@@ -208,17 +223,20 @@ def main(argv=None):
         references = [generate(target, p, args.max_new_tokens) for p in prompts]
         single = records[f"{kind_of(drafter)} B={B}"]
         ceiling = candidate_ceiling(target, drafter, prompts, references, single)
-        print(f"\ncandidate ceiling at the single path's {ceiling['anchors']} anchors (slot d = 1..{n_depth}):")
+        print(f"\ncandidate ceiling at the single path's {ceiling['anchors']} anchors (slot d = "
+              f"1..{n_depth}):")
         print("  true token in top-K      " + " ".join(f"{x:>4.2f}" for x in ceiling["recall"]))
         print("  slots 1..d all in top-K  " + " ".join(f"{x:>4.2f}" for x in ceiling["prefix"]))
         print(f"  tau of a tree of every candidate path (the ceiling of any tree from this pass): "
               f"{ceiling['tau_ceiling']:.2f}")
     if args.json:
-        keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s", "matches_plain")
+        keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s",
+                "matches_plain")
         with open(args.json, "w") as f:
-            json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature, prompts=len(prompts), max_new_tokens=args.max_new_tokens,
-                           rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles, ceiling=ceiling),
-                      f, indent=1)
+            json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
+                           prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+                           rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles,
+                           ceiling=ceiling), f, indent=1)
 
 
 if __name__ == "__main__":

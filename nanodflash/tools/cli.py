@@ -1,12 +1,15 @@
-"""Flag checks shared by the scripts: argparse `type=` functions that refuse bad numbers before any work.
+"""Flag checks shared by the scripts (train_tiny.py, sample.py, the tools): argparse `type=` functions that
+refuse bad numbers before any work.
 
-    a("--n_seqs", type=ints(1, MAX_COUNT))     # error: argument --n_seqs: must be an integer in [1, 1000000], got 0
-    a("--top_p", type=floats(0, 1, low_open=True))  # error: argument --top_p: must be a number in (0, 1], got nan
+    a("--n_seqs", type=ints(1, MAX_COUNT))
+    # error: argument --n_seqs: must be an integer in [1, 1000000], got 0
+    a("--top_p", type=floats(0, 1, low_open=True))
+    # error: argument --top_p: must be a finite number in (0, 1], got nan
 
 argparse prints the usage line, then one error line naming the flag ("argument --n_seqs: ") and the allowed
 range. Every float flag refuses NaN and ±inf (NaN passes every `x < 0` test). Checks that involve two flags
-(--n_head must divide --n_embd) run after parsing (train_tiny's: pipeline_flags.py); `check_device` refuses
---device cuda on a machine without CUDA.
+(--n_head must divide --n_embd) run after parsing (train_tiny's: nanodflash/pipeline/flags.py);
+`check_device` refuses --device cuda on a machine without CUDA.
 """
 
 import argparse
@@ -15,11 +18,9 @@ import os
 
 import torch
 
-MAX_COUNT = 10**6       # steps, sequences, prompts, tokens: nothing else bounds them; this stops a typo from
-                        # starting a run of days (the default run takes 2000 drafter steps)
-MAX_SEED = 2**32 - 1
-DECODE_THREADS = 1      # torch CPU threads for decoding: batch-1 decoding of tiny models is overhead-bound, and
-                        # extra threads only add sync cost
+MAX_COUNT = 10**6       # bound on steps, sequences, prompts, tokens: a typo must not start a run of days
+MAX_SEED = 2**32 - 1    # seeds are 32-bit unsigned integers
+DECODE_THREADS = 1      # CPU threads for decoding: tiny batch-1 models are overhead-bound; more add sync cost
 
 
 def _range(low, high, low_open=False):
@@ -35,7 +36,8 @@ def ints(low, high=None):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer {_range(low, high)}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be an integer {_range(low, high)}, got {text!r}") \
+                from None
         if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(f"must be an integer {_range(low, high)}, got {value}")
         return value
@@ -43,7 +45,8 @@ def ints(low, high=None):
 
 
 def floats(low, high=None, low_open=False):
-    """type= for a finite float flag in [low, high], or (low, high] with low_open (high=None: no upper bound)."""
+    """type= for a finite float flag in [low, high], or (low, high] with low_open (high=None: no upper
+    bound)."""
     def parse(text):
         try:
             value = float(text)
@@ -52,7 +55,8 @@ def floats(low, high=None, low_open=False):
                                              f"got {text!r}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"must be a finite number {_range(low, high, low_open)}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be a finite number {_range(low, high, low_open)}, "
+                                             f"got {text}")
         return value
     return parse
 
@@ -65,4 +69,5 @@ def threads(text):
 def check_device(parser, device):
     """parser.error (usage + one line, exit 2) when `device` asks for CUDA and this machine has none."""
     if device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {device} was asked for but CUDA is not available on this machine; use --device cpu")
+        parser.error(f"--device {device} was asked for but CUDA is not available on this machine; use "
+                     "--device cpu")

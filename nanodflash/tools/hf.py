@@ -1,7 +1,8 @@
-"""From nanodflash to the real thing: export to, and import from, Hugging Face Qwen3 + official DFlash folders.
+"""From nanodflash to the real thing: export to, and import from, Hugging Face Qwen3 + official DFlash
+folders, tokenizer included.
 
-    python -m nanodflash.tools.hf export --out out --to out_hf      # out_hf/target/, drafter/, drafter_sampling/
-    tok, target, drafter = nanodflash.tools.hf.load("out_hf/target", "out_hf/drafter")   # like nanodflash.load
+    python -m nanodflash.tools.hf export --out out --to out_hf   # out_hf/target/, drafter/, drafter_sampling/
+    tok, target, drafter = nanodflash.tools.hf.load("out_hf/target", "out_hf/drafter")  # like nanodflash.load
 
 `target/` is a Qwen3ForCausalLM folder (config.json, model.safetensors, generation_config.json, tokenizer.json
 + tokenizer_config.json); `drafter/` is an official DFlash / DFlash 2 drafter folder (config.json with
@@ -15,13 +16,29 @@ layers use Qwen3's math and names (docs/design.md):
     lm_head.weight                  lm_head.weight (or tied)        norm, candidate_selector.*
 Loading needs no transformers: config.json is plain JSON and the weights are safetensors. What we do not
 model (biases, sliding windows, MoE, RoPE scaling, ...) is refused with the config field that says so.
+
+The tokenizer: our tiktoken encoding <-> a Hugging Face `tokenizer.json` (byte-level BPE), encoding exactly
+alike. Both are byte-level BPE over the same regex split, but they store the merges differently:
+- tiktoken keeps one *rank* per token and, inside a piece of text, repeatedly merges the adjacent pair
+  whose concatenation has the lowest rank (a piece that is itself a token is taken whole);
+- Hugging Face keeps a vocabulary of byte-level *strings* (each byte drawn as a printable character, so
+  b" " is "Ġ") and an ordered list of merges (pairs), and merges the adjacent pair listed first.
+Listing, for every token in rank order, every split of it into two tokens makes the two rules agree;
+`ignore_merges` makes HF take a piece that is a token whole, as tiktoken does. Example:
+
+    >>> from nanodflash.tokenizer import train_tokenizer
+    >>> spec = to_tokenizer_json(train_tokenizer("aaab aaab", vocab_size=260))
+    >>> spec["model"]["merges"], spec["added_tokens"][1]["content"]
+    ([['a', 'a'], ['a', 'b']], '<|mask|>')
 """
 
 import argparse
 import json
 import os
 import sys
+import unicodedata
 
+import tiktoken
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -30,24 +47,129 @@ from ..checkpoint import DRAFTER_KINDS
 from ..dflash2 import DFlash2Drafter
 from ..drafter import default_target_layer_ids
 from ..gpt import GPT, GPTConfig
-from .hf_tokenizer import from_tokenizer_json, to_tokenizer_json
-from ..tokenizer import ENDOFTEXT
+from ..tokenizer import ENDOFTEXT, SPLIT_PATTERN
 
 ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
 DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
 
+# ------------------------------------------------------------------ tokenizer.json
+
+def byte_to_char():
+    """The printable stand-in of every byte (GPT-2's table): printable Latin-1 bytes stand for themselves,
+    the other 68 bytes map to chr(256), chr(257), ... in byte order. {byte value: one-character str}."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _special_tokens(enc):
+    return sorted(((enc.encode_single_token(t), t) for t in enc.special_tokens_set))
+
+
+def to_tokenizer_json(enc):
+    """A tiktoken.Encoding (ours: byte-level BPE + special tokens) -> the tokenizer.json dict."""
+    to_char = byte_to_char()
+    specials = dict(_special_tokens(enc))
+    ranks = {enc.decode_single_token_bytes(i): i for i in range(enc.n_vocab) if i not in specials}
+    text = {t: "".join(to_char[b] for b in t) for t in ranks}               # bytes -> byte-level string
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        for cut in range(1, len(token)):                                     # every split into two tokens,
+            left, right = token[:cut], token[cut:]                           # both of lower rank
+            if ranks.get(left, rank) < rank and ranks.get(right, rank) < rank:
+                merges.append([text[left], text[right]])
+    added = [dict(id=i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                  special=True) for i, t in specials.items()]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": enc._pat_str}, "behavior": "Isolated", "invert": False},
+            dict(byte_level)]},
+        "post_processor": None,
+        "decoder": dict(byte_level),
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": True, "vocab": {text[t]: r for t, r in ranks.items()}, "merges": merges},
+    }
+
+
+def _split_pattern(pre):
+    """The regex a tokenizer.json splits text with, or a ValueError naming what we cannot reproduce."""
+    parts = pre.get("pretokenizers", []) if pre and pre.get("type") == "Sequence" else [pre] if pre else []
+    kinds = [p.get("type") for p in parts]
+    if kinds == ["ByteLevel"] and parts[0].get("use_regex", True) and not parts[0].get("add_prefix_space"):
+        return SPLIT_PATTERN                                   # HF's ByteLevel regex is GPT-2's, like ours
+    if kinds == ["Split", "ByteLevel"] and "Regex" in parts[0].get("pattern", {}) \
+            and parts[0].get("behavior") == "Isolated" and not parts[0].get("invert") \
+            and not parts[1].get("use_regex", True) and not parts[1].get("add_prefix_space"):
+        return parts[0]["pattern"]["Regex"]
+    raise ValueError(f"tokenizer.json: pre_tokenizer {kinds} is not a byte-level regex split that tiktoken "
+                     "can reproduce (need ByteLevel, or Split(Regex, Isolated) + ByteLevel(use_regex=false))")
+
+
+def from_tokenizer_json(path, name="hf"):
+    """A byte-level BPE tokenizer.json -> tiktoken.Encoding with the same ids (ranks = ids).
+
+    tiktoken's rule equals HF's when the merges come in the order of the ids they make (true of
+    tokenizers converted from tiktoken, like Qwen's); anything else is refused, never guessed.
+    A tokenizer.json that NFC-normalizes (Qwen's does) is accepted: normalize text with
+    `normalize(text)` before encoding. The encoding gets `.hf_normalizer` ("NFC" or None)."""
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    model = spec.get("model", {})
+    if model.get("type") != "BPE" or model.get("byte_fallback") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix"):
+        raise ValueError(f"{path}: model must be a plain byte-level BPE, got {model.get('type')!r} with "
+                         "options tiktoken cannot reproduce")
+    normalizer = (spec.get("normalizer") or {}).get("type")
+    if normalizer not in (None, "NFC"):
+        raise ValueError(f"{path}: normalizer {normalizer!r} is not supported (only none or NFC)")
+    pattern = _split_pattern(spec.get("pre_tokenizer"))
+    to_byte = {c: b for b, c in byte_to_char().items()}
+    try:
+        ranks = {bytes(to_byte[c] for c in s): i for s, i in model["vocab"].items()}
+    except KeyError as e:
+        raise ValueError(f"{path}: vocabulary entry with character {e} is not byte-level") from None
+    if sorted(ranks.values()) != list(range(len(ranks))) or any(bytes([b]) not in ranks for b in range(256)):
+        raise ValueError(f"{path}: vocabulary ids must be 0..{len(ranks) - 1} and include all 256 bytes")
+    made = -1
+    for pair in model.get("merges", []):
+        a, b = pair.split(" ") if isinstance(pair, str) else pair
+        rank = model["vocab"].get(a + b)
+        if rank is None or rank < made:
+            raise ValueError(f"{path}: merge {a!r} + {b!r} is out of id order; tiktoken cannot reproduce it")
+        made = rank
+    specials = {t["content"]: t["id"] for t in spec.get("added_tokens", []) if t["id"] >= len(ranks)}
+    enc = tiktoken.Encoding(name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+    enc.hf_normalizer = normalizer
+    return enc
+
+
+def normalize(enc, text):
+    """Apply the normalizer of the tokenizer.json `enc` came from (NFC for Qwen's), as HF would."""
+    return unicodedata.normalize("NFC", text) if getattr(enc, "hf_normalizer", None) == "NFC" else text
+
+
 # ------------------------------------------------------------------ export
 
 def _qwen3_fields(c, vocab_size):
     """The Qwen3 config fields of a GPTConfig / DrafterConfig `c`."""
-    return dict(model_type="qwen3", vocab_size=vocab_size, hidden_size=c.n_embd, intermediate_size=c.mlp_hidden,
-                num_hidden_layers=c.n_layer, num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head,
-                head_dim=c.head_dim, hidden_act="silu", rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
+    return dict(model_type="qwen3", vocab_size=vocab_size, hidden_size=c.n_embd,
+                intermediate_size=c.mlp_hidden, num_hidden_layers=c.n_layer, num_attention_heads=c.n_head,
+                num_key_value_heads=c.n_kv_head, head_dim=c.head_dim, hidden_act="silu",
+                rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta,
                 rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta}, attention_bias=False,
-                attention_dropout=0.0, use_sliding_window=False, sliding_window=None, tie_word_embeddings=False,
-                layer_types=["full_attention"] * c.n_layer, dtype="float32")
+                attention_dropout=0.0, use_sliding_window=False, sliding_window=None,
+                tie_word_embeddings=False, layer_types=["full_attention"] * c.n_layer, dtype="float32")
 
 
 def _write_json(folder, name, obj, **kw):
@@ -74,8 +196,8 @@ def export_target(target, tok, folder):
                   max_position_embeddings=c.max_seq_len, bos_token_id=eot, eos_token_id=eot, use_cache=True)
     weights = {(k if k.startswith("lm_head.") else f"model.{k}"): v for k, v in target.state_dict().items()}
     return _write(folder, config, weights) + [
-        _write_json(folder, "generation_config.json", dict(bos_token_id=eot, eos_token_id=eot, do_sample=False),
-                    indent=2),
+        _write_json(folder, "generation_config.json",
+                    dict(bos_token_id=eot, eos_token_id=eot, do_sample=False), indent=2),
         _write_json(folder, "tokenizer.json", to_tokenizer_json(tok), ensure_ascii=False),
         _write_json(folder, "tokenizer_config.json", dict(
             tokenizer_class="PreTrainedTokenizerFast", eos_token=ENDOFTEXT, bos_token=None,
@@ -83,7 +205,8 @@ def export_target(target, tok, folder):
 
 
 def export_drafter(drafter, folder):
-    """A DFlash / DFlash 2 drafter -> an official drafter folder; returns the files written. Anything else is refused."""
+    """A DFlash / DFlash 2 drafter -> an official drafter folder; returns the files written. Anything else is
+    refused."""
     kind, c = getattr(drafter, "kind", None), drafter.config
     if kind not in ARCHITECTURES:
         raise ValueError(f"only DFlash and DFlash 2 drafters have an official layout, not a {kind!r} drafter")
@@ -102,7 +225,7 @@ def export_drafter(drafter, folder):
                 for conv in ("attention_conv", "mlp_conv"):
                     weights[f"layers.{i}.{conv}.base_kernel"] = torch.ones(2, 1, c.n_embd)
                     weights[f"layers.{i}.{conv}.kernel_projection.weight"] = torch.zeros(2 * G, c.n_embd)
-        for name in CODEBOOKS:                       # official checkpoints store the codebooks without ".weight"
+        for name in CODEBOOKS:                 # official checkpoints store the codebooks without ".weight"
             weights[name] = weights.pop(f"{name}.weight")
     return _write(folder, config, weights)
 
@@ -116,7 +239,8 @@ def export(out_dir, to_dir, written=None):
     files = export_target(target, tok, paths[0]) + export_drafter(drafter, paths[1])
     sampling = os.path.join(out_dir, checkpoint.SAMPLING_DRAFTER)
     if os.path.exists(sampling):
-        files += export_drafter(checkpoint.load_drafter(sampling, target)[0], os.path.join(to_dir, "drafter_sampling"))
+        sampler = checkpoint.load_drafter(sampling, target)[0]
+        files += export_drafter(sampler, os.path.join(to_dir, "drafter_sampling"))
     if written is not None:
         written.extend(files)
     return paths
@@ -171,7 +295,8 @@ def _fill(model, weights, folder):
     want = set(model.state_dict())
     missing, extra = sorted(want - set(weights)), sorted(set(weights) - want)
     if missing or extra:
-        raise ValueError(f"{folder}: weights do not match the config: missing {missing[:5]}, unexpected {extra[:5]}")
+        raise ValueError(f"{folder}: weights do not match the config: missing {missing[:5]}, unexpected "
+                         f"{extra[:5]}")
     model.load_state_dict(weights, assign=True)
     return model.eval()
 
@@ -179,7 +304,8 @@ def _fill(model, weights, folder):
 def _common(cfg):
     rope = cfg.get("rope_parameters") or {}
     return dict(n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
-                n_kv_head=cfg.get("num_key_value_heads") or cfg["num_attention_heads"], n_embd=cfg["hidden_size"],
+                n_kv_head=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+                n_embd=cfg["hidden_size"],
                 mlp_hidden=cfg["intermediate_size"], head_dim=cfg.get("head_dim") or 0,
                 rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
                 norm_eps=float(cfg.get("rms_norm_eps", 1e-6)))
@@ -214,13 +340,15 @@ def load_drafter(folder, target, device="cpu", dtype=torch.float32):
         raise ValueError(f"{folder}/config.json: architectures={cfg.get('architectures')}: need one of "
                          f"{sorted(kinds)}")
     dcfg = {**cfg, **(cfg.get("dflash_config") or {})}                 # official lookup: dflash_config first
-    for field, neutral in (("input_embedding_scale", 1.0), ("output_multiplier", 1.0), ("final_logit_softcapping", 0)):
+    for field, neutral in (("input_embedding_scale", 1.0), ("output_multiplier", 1.0),
+                           ("final_logit_softcapping", 0)):
         if float(dcfg.get(field) or neutral) != neutral:
             raise ValueError(f"{folder}/config.json: {field}={dcfg[field]!r} is not modelled")
     if dcfg.get("mask_token_id") is None:
-        raise ValueError(f"{folder}/config.json: dflash_config.mask_token_id is missing: DFlash needs a mask token")
-    ids = dcfg.get("target_layer_ids") or default_target_layer_ids(dcfg.get("num_target_layers", target.config.n_layer),
-                                                                  cfg["num_hidden_layers"])
+        raise ValueError(f"{folder}/config.json: dflash_config.mask_token_id is missing: DFlash needs a mask "
+                         "token")
+    n_target_layers = dcfg.get("num_target_layers", target.config.n_layer)
+    ids = dcfg.get("target_layer_ids") or default_target_layer_ids(n_target_layers, cfg["num_hidden_layers"])
     cls = DRAFTER_KINDS[kinds[arch]]
     extra = {k: int(dcfg[k]) for k in DFLASH2_KEYS} if cls is DFlash2Drafter else {}
     config = cls.config_class(block_size=int(dcfg.get("block_size", 16)), target_layer_ids=list(ids),
@@ -239,7 +367,8 @@ def load(target_dir, drafter_dir=None, device="cpu", dtype=torch.float32):
     for folder in (target_dir, drafter_dir or target_dir):
         if not os.path.isdir(folder):
             raise FileNotFoundError(f"no Hugging Face folder {folder}: it does not exist (`python -m "
-                                    "nanodflash.tools.hf export --out RUN --to DIR` makes DIR/target and DIR/drafter)")
+                                    "nanodflash.tools.hf export --out RUN --to DIR` makes DIR/target and "
+                                    "DIR/drafter)")
     tok = from_tokenizer_json(os.path.join(target_dir, "tokenizer.json"))
     target = load_target(target_dir, device, dtype)
     drafter = load_drafter(drafter_dir, target, device, dtype) if drafter_dir else None
@@ -258,11 +387,13 @@ def eos_token_ids(target_dir):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Export a train_tiny.py run to Hugging Face Qwen3 + official DFlash folders.")
+    p = argparse.ArgumentParser(description="Export a train_tiny.py run to Hugging Face Qwen3 + official "
+                                "DFlash folders.")
     sub = p.add_subparsers(dest="command", required=True)
-    e = sub.add_parser("export", help="write TO/target (Qwen3ForCausalLM), TO/drafter (official DFlash layout) and "
-                       "TO/drafter_sampling (the sampling drafter, where the run made one)")
-    e.add_argument("--out", default="out", help="folder written by train_tiny.py --out (default: %(default)s)")
+    e = sub.add_parser("export", help="write TO/target (Qwen3ForCausalLM), TO/drafter (official DFlash "
+                       "layout) and TO/drafter_sampling (the sampling drafter, where the run made one)")
+    e.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
     e.add_argument("--to", default="out_hf", help="folder to write (default: %(default)s)")
     args = p.parse_args(argv)
     written = []
@@ -273,8 +404,8 @@ def main(argv=None):
     for path in written:
         print(f"wrote {path}")
     if not os.path.exists(os.path.join(args.out, checkpoint.SAMPLING_DRAFTER)):
-        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} (`train_tiny.py "
-              "--sampling` adds it)")
+        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} "
+              "(`train_tiny.py --sampling` adds it)")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
-"""The report at the end of `train_tiny.py`: losses, per-slot accuracy, τ, speedups, sampling, long generations.
+"""The report at the end of `train_tiny.py`: losses, per-slot accuracy, τ, speedups, sampling, long
+generations.
+
+    print_summary(target, drafter, data, prompts, 96, 480, 3, target_hist, draft_hist, threads=1)
 
 Every speedup is measured side by side (plain and speculative decoding of the same prompts, interleaved, in
 this process) and every greedy speculative output is checked against plain greedy decoding.
 """
 
-from .bands import format_bands, tau_by_band
-from .bench_methods import SAMPLED, SAMPLED_B
+from ..tools.bench_methods import SAMPLED, SAMPLED_B
+from ..tools.measure import format_bands, side_by_side, tau_by_band
 from ..train_drafter import slot_accuracy
-from .timing import side_by_side
 
 
 def identical(n, ties):
-    """'all 64 prompts: yes', or how many were identical and where the others met a float32 tie (ties.py)."""
+    """'all 64 prompts: yes', or how many were identical and where the others met a float32 tie
+    (tools/measure.py)."""
     if not ties:
         return f"all {n} prompts: yes"
     return (f"{n - len(ties)} of {n} prompts; the others differ first at a float32 rounding tie, where plain "
@@ -19,15 +22,16 @@ def identical(n, ties):
             + "".join(f"\n  prompt {i}, {d.describe()}" for i, d in ties))
 
 
-def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist, draft_hist,
-                  threads, sampler=None):
+def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_prompts, target_hist,
+                  draft_hist, threads, sampler=None):
     """Print the summary; `long_tokens` > 0 adds τ by position band and the speedup at that many new tokens.
     `sampler`: the sampling drafter (drafter_sampling.pt); the sampled lines are printed when it is given.
     τ at other block sizes is the benchmark's (`python -m nanodflash.tools.bench`): each one re-decodes every
     prompt."""
     print(f"\n=== summary (decoding with {threads} thread) ===")
     if target_hist.get("val_loss"):
-        print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss {target_hist['val_loss'][-1]:.3f}")
+        print(f"target:  train loss {target_hist['train_loss'][-1]:.3f} | val loss "
+              f"{target_hist['val_loss'][-1]:.3f}")
     if draft_hist.get("loss"):
         last = draft_hist["loss"][-20:]
         print(f"drafter: loss {draft_hist['loss'][0]:.3f} -> {sum(last) / len(last):.3f}")
@@ -46,12 +50,13 @@ def print_summary(target, drafter, data, prompts, new_tokens, long_tokens, long_
     for b in (min(SAMPLED_B, B), "auto") if sampler is not None else ():
         t_plain, t_spec, tau = side_by_side(target, sampler, prompts, new_tokens, b, temperature=T,
                                             top_p=top_p, verifier="rejection")
-        print(f"sampling (T={T} top-p {top_p}, rejection verifier, the sampling drafter, block_size={b}): tau "
-              f"{tau:.2f} | plain {t_plain:.2f}s vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+        print(f"sampling (T={T} top-p {top_p}, rejection verifier, the sampling drafter, block_size={b}): "
+              f"tau {tau:.2f} | plain {t_plain:.2f}s vs dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if long_tokens:                                                                     # does the speed hold?
         runs, ties = [], []
-        t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs, ties=ties)
-        print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {long_tokens} new tokens; identical to "
-              f"plain greedy on {identical(len(runs), ties)})")
-        print(f"speedup (block_size={B}, {long_tokens} new tokens): plain {t_plain:.2f}s vs dflash {t_spec:.2f}s "
-              f"-> {t_plain / t_spec:.2f}x")
+        t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:long_prompts], long_tokens, None, runs,
+                                          ties=ties)
+        print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {long_tokens} new tokens; "
+              f"identical to plain greedy on {identical(len(runs), ties)})")
+        print(f"speedup (block_size={B}, {long_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
+              f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")

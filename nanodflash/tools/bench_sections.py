@@ -1,6 +1,8 @@
-"""The benchmark's side measurements: what each step costs, and how much a better selector could gain.
+"""The sections of `python -m nanodflash.tools.bench` besides its rows: the table and ceiling lines, what each
+step costs, and where τ is lost (how much a better selector could gain, and per-slot sampled acceptance).
 
-0. The printed table (`format_table`) and the ceiling line (`format_ceiling`) of bench.py.
+0. The printed table (`format_table`), the ceiling line (`format_ceiling`), block_policy's costs as the
+   run measured them (`policy_costs`) and the comparison with the best AR / prompt lookup row (`compare`).
 1. Step costs, timed in isolation: `step_costs` (one draft, one verify, one plain step at one context
    length) and `draft_step_seconds` (one draft step per drafter, e.g. DFlash 2's in-block convolutions
    and selector against DFlash).
@@ -21,8 +23,8 @@ import torch
 from ..block_policy import SLOT_COST, STEP_COST
 from ..sampling import DraftRule
 from ..speculative import generate, speculative_generate
-from .timing import DraftForwardCounter, median_time
 from ..verify import rejection_verify
+from .measure import DraftForwardCounter, median_time
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
 
@@ -52,19 +54,22 @@ def format_table(rows):
 
 
 def format_ceiling(row, plain):
-    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step costs."""
+    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step
+    costs."""
     b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
     return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
             f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
             f"(measured: {row['speedup']:.2f}x)\n"
-            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + extend), "
-            f"t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
-            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify time")
+            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + "
+            f"extend), t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
+            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify "
+            "time")
 
 
 def policy_costs(by_name, kind, B):
-    """block_policy's two constants as this run measured them in the loop: per-step time (draft + verify) of the
-    greedy rows at B=4 and B, against plain greedy's time per token. None when a row is missing (or B <= 4)."""
+    """block_policy's two constants as this run measured them in the loop: per-step time (draft + verify) of
+    the greedy rows at B=4 and B, against plain greedy's time per token. None when a row is missing (or
+    B <= 4)."""
     small, big = (by_name.get(f"{kind} greedy B={b}") for b in (4, B))
     plain = by_name.get("plain greedy")
     if B <= 4 or not (small and big and plain):
@@ -123,11 +128,13 @@ def draft_step_seconds(target, drafters, context, n_draft, n=50):
     """{name: median seconds of one greedy draft step of min(n_draft, B-1) tokens} after `context` (ids)."""
     device = next(target.parameters()).device
     return {name: time_draft(d, drafter_context(target, d, context), context[-1],
-                             min(n_draft, d.config.block_size - 1), device, n) for name, d in drafters.items()}
+                             min(n_draft, d.config.block_size - 1), device, n)
+            for name, d in drafters.items()}
 
 
 def format_draft_steps(seconds, drafters, n_draft, reference):
-    """One line per drafter: its draft step in ms, and how much dearer `reference`'s (the main drafter's) is."""
+    """One line per drafter: its draft step in ms, and how much dearer `reference`'s (the main drafter's)
+    is."""
     lines = []
     for name, s in seconds.items():
         k = min(n_draft, drafters[name].config.block_size - 1)
@@ -160,11 +167,11 @@ def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
 
 def format_cost_curve(curve):
     names = list(curve["seconds"])
-    lines = [f"draft cost: one draft step vs drafted tokens (median ms, context {curve['context_len']} tokens; "
-             "forward passes in brackets)", f"{'tokens':>8}" + "".join(f"{n:>18}" for n in names)]
+    lines = [f"draft cost: one draft step vs drafted tokens (median ms, context {curve['context_len']} "
+             "tokens; forward passes in brackets)", f"{'tokens':>8}" + "".join(f"{n:>18}" for n in names)]
     for i, k in enumerate(curve["n_draft"]):
-        lines.append(f"{k:>8}" + "".join(f"{1e3 * curve['seconds'][n][i]:>12.3f} ({curve['forwards'][n][i]:>2})"
-                                          for n in names))
+        cells = [f"{1e3 * curve['seconds'][n][i]:>12.3f} ({curve['forwards'][n][i]:>2})" for n in names]
+        lines.append(f"{k:>8}" + "".join(cells))
     return "\n".join(lines)
 
 
@@ -194,9 +201,9 @@ class OracleSelector:
         block = self.drafter.mask_block(cache, anchor, n_draft)                  # [anchor, MASK, ...]
         logits = self.drafter.block_logits(cache, block)[0, 1:].detach().cpu()   # (n_draft, V)
         candidates = logits.topk(min(self.top_k, logits.size(-1)), dim=-1).indices   # (n_draft, K)
-        picked = logits.argmax(-1)                                               # (n_draft,) the drafter's top-1
+        picked = logits.argmax(-1)                                     # (n_draft,) the drafter's top-1
         for j in range(n_draft):
-            pos = start + 1 + j                                                  # the position slot j+1 predicts
+            pos = start + 1 + j                                        # the position slot j+1 predicts
             if pos < len(self.truth):
                 self.slots += 1
                 if bool((candidates[j] == self.truth[pos]).any()):
@@ -232,15 +239,17 @@ def oracle_section(target, family, prompts, max_new_tokens, rows_by_name, top_k=
     """For each DFlash-style drafter in family ({kind: drafter}), at B = min(16, its B): its greedy row's
     τ next to the oracle selector's. Returns (text, {row name: oracle_selector_stats(...)})."""
     references = [generate(target, p, max_new_tokens) for p in prompts]        # == every greedy row's output
-    oracles, lines = {}, [f"oracle-selector tau (ceiling of a perfect top-{top_k} selector; same prompts and B):",
-                          f"  {'drafter row':<26} {'tau':>6} {'oracle':>7} {'recall':>7}"]
+    oracles = {}
+    lines = [f"oracle-selector tau (ceiling of a perfect top-{top_k} selector; same prompts and B):",
+             f"  {'drafter row':<26} {'tau':>6} {'oracle':>7} {'recall':>7}"]
     for kind, d in family.items():
         b = min(16, d.config.block_size)
         name = f"{kind} greedy B={b}"
         o = oracles[name] = oracle_selector_stats(d, prompts, references, b, top_k)
         tau = rows_by_name[name]["tau"] if name in rows_by_name else float("nan")
         lines.append(f"  {name:<26} {tau:>6.2f} {o['tau']:>7.2f} {o['candidate_recall']:>7.3f}")
-    lines.append(f"  recall: fraction of drafted slots whose true token is among the drafter's top-{top_k} logits")
+    lines.append(f"  recall: fraction of drafted slots whose true token is among the drafter's top-{top_k} "
+                 "logits")
     return "\n".join(lines), oracles
 
 
@@ -249,7 +258,8 @@ def slot_acceptance(target, drafter, prompts, max_new_tokens, temperature=0.7, t
     """Where sampled drafting loses tokens, slot by slot. Runs rejection-verified speculative sampling and, at
     every draft slot i the verifier reaches, records sum_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i) (the rule's
     acceptance probability there, given the drafts before it) and whether d_i was accepted.
-    Returns dict(overlap=[mean sum min(p, q) per slot], accepted=[acceptance rate per slot], reached=[counts])."""
+    Returns dict(overlap=[mean sum min(p, q) per slot], accepted=[acceptance rate per slot],
+    reached=[counts])."""
     n = drafter.config.block_size - 1
     overlap, accepted, reached = [0.0] * n, [0] * n, [0] * n
 
@@ -273,8 +283,8 @@ def format_slot_acceptance(result, name):
     return "\n".join([f"per-slot acceptance of '{name}' (slots 1..{len(result['reached'])}):",
                       "  sum min(p, q) " + " ".join(f"{x:.2f}" for x in result["overlap"]),
                       "  accepted      " + " ".join(f"{x:.2f}" for x in result["accepted"]),
-                      "  sum min(p, q) = 1 - TV(p, q), the rejection rule's acceptance probability at a slot it "
-                      "reaches; q close to p is what pays"])
+                      "  sum min(p, q) = 1 - TV(p, q), the rejection rule's acceptance probability at a slot "
+                      "it reaches; q close to p is what pays"])
 
 
 def compare(row, others, what):

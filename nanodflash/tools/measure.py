@@ -1,0 +1,222 @@
+"""What the benchmarks, the training summary and sample.py measure with: timers, forward counters, greedy
+equality checks that tell a float32 rounding tie from a broken decoder, and τ by position band.
+
+    sync(device)                 wait for queued GPU work (no-op on the CPU), so a timer sees it finish
+    median_time(fn, device, n)   median seconds of n calls of fn() after one warm-up call
+    ForwardCounter(module)       counts module's forward calls with a hook (a context manager)
+    DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
+    side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
+    machine(device)              the machine a benchmark ran on, for its header line
+    greedy_difference(target, prompt, ref, out)   None when ref == out, else where and how they differ
+    tau_by_band(runs)            τ per position band: does the drafter keep up as a generation gets longer?
+
+Ties. Speculative decoding verifies a block of tokens in one forward; plain decoding runs one forward per
+token. The two sum the same products in different orders, so their float32 logits differ in the last bits.
+Where the target's two best tokens are that close, the two paths may pick different ones: both are the
+target's argmax to within rounding. A broken decoder differs where the target clearly prefers one token.
+`Difference.gap` is |logit(ref's token) - logit(out's token)| at the first differing position, computed in
+float64 on the same context, and `is_tie` says gap < TIE. For example, on one 12-layer target plain decoding
+took token 44 and the verifier 41, at float32 logits 8.0191479 and 8.0191488 (6.6e-7 apart in float64, in
+the other order).
+
+Bands. Positions count the generated tokens from 1. Token 1 comes from the prefill (no draft), so the first
+draft+verify step starts at position 2, and step i starts right after the tokens of the steps before it. A
+step belongs to the band (lo, hi] in which its FIRST token lies, all of its tokens with it (a step that
+crosses a boundary is not split: τ is a per-step quantity). τ of a band = tokens emitted by its steps / its
+steps, pooled over prompts, as `train_drafter.measure_tau` pools.
+
+    _, stats = speculative_generate(target, drafter, prompt, 480)
+    tau_by_band([stats.acceptance_lengths])        # {(0, 96): 4.1, (96, 240): 3.3, (240, 480): 3.0}
+"""
+
+import copy
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..speculative import generate, speculative_generate
+
+TIE = 1e-4      # a logit gap (float64) below this is within the float32 rounding of the two paths' sums
+BANDS = ((0, 96), (96, 240), (240, 480))      # tokens 1-96, 97-240, 241-480
+
+
+# ----------------------------------------------------------------------------- timing and counting
+
+def machine(device):
+    """'x86_64 Linux, torch 2.13.0+cpu, cpu (1 of 2 CPU threads)': what a benchmark's numbers were measured
+    on."""
+    where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if str(device) == "cpu"
+             else torch.cuda.get_device_name())
+    return f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {device} ({where})"
+
+
+def sync(device):
+    """Block until the device has run everything queued (CUDA kernels are asynchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_time(fn, device, n=50):
+    """Median wall-clock seconds of n calls of fn(), after one untimed warm-up call."""
+    fn()                                                    # warm-up: allocation, kernel setup
+    times = []
+    for _ in range(n):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class ForwardCounter:
+    """Counts forward calls of `module` with a hook; usable as a context manager that removes the hook.
+
+    The benchmark counts target.forward (the drafter borrows only the target's embedding and head)."""
+
+    def __init__(self, module):
+        self.n = 0
+        self.handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.n += 1
+
+    def remove(self):
+        self.handle.remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def DraftForwardCounter(drafter):
+    """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never
+    does)."""
+    return ForwardCounter(drafter.norm)
+
+
+def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
+                 decoder=speculative_generate, ties=None, **kw):
+    """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
+    Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
+    speculative run's acceptance lengths (for τ by position, `tau_by_band`). `kw`: generate's sampling
+    arguments (temperature, top_k, top_p, stop_token_ids). temperature > 0: both sample (prompt i with seed i;
+    the speculative side with `verifier`), and the outputs, samples, are not compared. `decoder`: the
+    speculative decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size
+    bound). A greedy output that differs raises AssertionError, unless it first differs at a float32 rounding
+    tie (`greedy_difference`) and `ties`, a list, is given: it then receives (prompt index, Difference)."""
+    t_plain = t_spec = 0.0
+    emitted = steps = 0
+    temperature = kw.get("temperature", 0.0)
+    for i, p in enumerate(prompts):
+        t0 = time.perf_counter()
+        ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
+        t1 = time.perf_counter()
+        out, stats = decoder(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier,
+                             generator=torch.Generator().manual_seed(i), **kw)
+        t2 = time.perf_counter()
+        emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
+        if runs is not None:
+            runs.append(stats.acceptance_lengths)
+        difference = greedy_difference(target, p, ref, out) if temperature == 0 else None
+        if difference is not None:
+            if ties is None or not difference.is_tie:
+                raise AssertionError(f"speculative greedy output differs from plain greedy decoding on "
+                                     f"prompt {i}, {difference.describe()}")
+            ties.append((i, difference))
+        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
+    return t_plain, t_spec, emitted / max(steps, 1)
+
+
+# ----------------------------------------------------------------------------- greedy equality and ties
+
+@dataclass
+class Difference:
+    position: int       # index of the first differing new token
+    tokens: tuple       # (plain decoding's token, the speculative decoder's token) there
+    gap: float          # |difference of the target's float64 logits of the two tokens| on the shared context
+    is_tie: bool        # gap < TIE: a float32 rounding tie, not a lossless failure
+
+    def describe(self):
+        kind = "a float32 rounding tie" if self.is_tie else "NOT a tie: the decoder is not lossless"
+        if self.tokens == (None, None):
+            return f"new token {self.position + 1}: one output ends there and the other does not ({kind})"
+        return (f"new token {self.position + 1}: plain {self.tokens[0]} vs speculative {self.tokens[1]}, "
+                f"target logits {self.gap:.1e} apart in float64 ({kind})")
+
+
+@torch.no_grad()
+def greedy_difference(target, prompt, ref, out):
+    """None if the greedy outputs `ref` (plain) and `out` (speculative) of `prompt` are equal, else where and
+    how they first differ (a Difference). A length difference without a differing token counts as gap inf."""
+    if ref == out:
+        return None
+    shorter = min(len(ref), len(out))
+    j = next((i for i in range(shorter) if ref[i] != out[i]), shorter)
+    if j == shorter:                                                   # one output is a prefix of the other
+        return Difference(j, (None, None), float("inf"), False)
+    exact = copy.deepcopy(target).double()
+    context = torch.tensor([list(prompt) + list(ref[:j])], device=next(target.parameters()).device)
+    logits = exact(context)[0][0, -1]                                      # (V,) next-token logits
+    gap = abs(float(logits[ref[j]] - logits[out[j]]))
+    return Difference(j, (ref[j], out[j]), gap, gap < TIE)
+
+
+# ----------------------------------------------------------------------------- τ by position band
+
+def step_starts(acceptance_lengths):
+    """The position of each step's first token: 2, 2 + len_0, 2 + len_0 + len_1, ...
+
+    >>> step_starts([3, 1, 4])
+    [2, 5, 6]
+    """
+    starts, pos = [], 2                        # position 1 is the prefill's token
+    for n in acceptance_lengths:
+        starts.append(pos)
+        pos += n
+    return starts
+
+
+def band_counts(acceptance_lengths, bands=BANDS):
+    """[(tokens, steps)] per band for one generation; steps starting outside every band are left out."""
+    counts = [[0, 0] for _ in bands]
+    for start, n in zip(step_starts(acceptance_lengths), acceptance_lengths):
+        for i, (lo, hi) in enumerate(bands):
+            if lo < start <= hi:
+                counts[i][0] += n
+                counts[i][1] += 1
+                break
+    return [tuple(c) for c in counts]
+
+
+def tau_by_band(runs, bands=BANDS):
+    """{band: τ} pooled over `runs` (one list of acceptance lengths per generation); None for a band no
+    step started in (a generation shorter than the band, or one that stopped early)."""
+    if runs and isinstance(runs[0], int):
+        raise TypeError("tau_by_band takes a list of runs (one list of acceptance lengths per generation)")
+    totals = [[0, 0] for _ in bands]
+    for lengths in runs:
+        for total, (tokens, steps) in zip(totals, band_counts(lengths, bands)):
+            total[0] += tokens
+            total[1] += steps
+    return {band: (tokens / steps if steps else None) for band, (tokens, steps) in zip(bands, totals)}
+
+
+def measure_bands(drafter, prompts, max_new_tokens=None, bands=BANDS, **kw):
+    """τ per band of real speculative decoding (greedy unless kw says otherwise) over `prompts`.
+    max_new_tokens defaults to the end of the last band."""
+    n = bands[-1][1] if max_new_tokens is None else max_new_tokens
+    runs = [speculative_generate(drafter.target, drafter, p, n, **kw)[1].acceptance_lengths for p in prompts]
+    return tau_by_band(runs, bands)
+
+
+def format_bands(taus):
+    """One line: 'tau by position: 1-96 4.10 | 97-240 3.31 | 241-480 2.98' ('-' for an empty band)."""
+    return "tau by position: " + " | ".join(
+        f"{lo + 1}-{hi} " + ("-" if t is None else f"{t:.2f}") for (lo, hi), t in taus.items())
