@@ -31,6 +31,7 @@ from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 from nanodflash.tools import hf
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
+from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.measure import greedy_difference, side_by_side
 from nanodflash.tree import tree_speculative_generate
 
@@ -178,7 +179,7 @@ def main(argv=None):
             data = args.data or (None if args.hf else run_corpus(args.out))
             prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, data)[0]
         else:
-            text = hf.normalize(tok, args.prompt)                     # NFC, where a tokenizer.json says so
+            text = normalize(tok, args.prompt)                     # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set,
                                     disallowed_special=())
         tokens, stats = decoder(target, drafter, prompt_ids, args.max_new_tokens,

@@ -15,7 +15,7 @@ from helpers import ROOT, tiny_drafter, tiny_target
 from nanodflash.drafter import Drafter
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import bench, bench_methods, bench_sections
-from nanodflash.tools.baselines import PromptLookupDrafter
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 
 N_PROMPTS, NEW_TOKENS = 2, 20
 

@@ -10,7 +10,7 @@ import torch
 from helpers import tiny_target
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools.baselines import PromptLookupDrafter, lookup
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter, lookup
 
 
 def reference_lookup(tokens, n_draft, max_ngram):

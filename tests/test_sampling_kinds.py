@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, PromptLookupDrafter
+from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from test_dflash2 import tiny_dflash2, uniform_q
 from test_sampling_exact import (
     ALPHA,

@@ -2,7 +2,9 @@
 
     benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
                  (bench_methods.py), sections (bench_sections.py) and measuring helpers (measure.py)
-    baselines    baselines.py (python -m nanodflash.tools.baselines): AR, no-feature drafters; prompt lookup
-    Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders, tokenizer.json
+    baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
+                 prompt_lookup.py: drafting by copying, untrained
+    Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
+                 hf_tokenizer.py: tiktoken <-> tokenizer.json
     flag checks  cli.py: argparse types shared by every script
 """

@@ -8,7 +8,8 @@ A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, 
 from collections import namedtuple
 
 from ..speculative import generate, speculative_generate
-from .baselines import AR_KS, PromptLookupDrafter
+from .baselines import AR_KS
+from .prompt_lookup import PromptLookupDrafter
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
 NOT_DFLASH = ("ar", "nofeat")   # extra drafter kinds that are not DFlash-style (no block logits to pick from)
