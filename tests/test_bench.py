@@ -1,17 +1,15 @@
 """nanodflash.tools.bench: its numbers are internally consistent and agree with independent runs of the loop;
 its ceiling bounds the measured speedup; the oracle selector bounds the drafter's τ."""
 
-import ast
 import json
 import math
-import os
 import shutil
 
 import pytest
 import torch
 
 import nanodflash
-from helpers import ROOT, tiny_drafter, tiny_target
+from helpers import tiny_drafter, tiny_target
 from nanodflash.drafter import Drafter
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import bench, bench_methods, bench_sections
@@ -230,17 +228,6 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
     assert "prompt lookup k=10" in names, "prompt lookup rows need no training: always present"
     with pytest.raises(ValueError, match="main drafter's kind"):
         bench.default_methods(main, {"dflash2": other})
-
-
-def test_no_module_imports_another_modules_private_names():
-    for folder in ("nanodflash", os.path.join("nanodflash", "tools"), os.path.join("nanodflash", "pipeline")):
-        for fname in sorted(os.listdir(os.path.join(ROOT, folder))):
-            if not fname.endswith(".py"):
-                continue
-            for node in ast.walk(ast.parse(open(os.path.join(ROOT, folder, fname)).read())):
-                if isinstance(node, ast.ImportFrom):
-                    private = [a.name for a in node.names if a.name.startswith("_")]
-                    assert not private, f"{folder}/{fname} imports private {private} from {node.module}"
 
 
 # ----------------------------------------------------------------------------- the oracle selector

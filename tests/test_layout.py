@@ -78,3 +78,46 @@ def test_readme_stays_within_its_line_budget():
     n = len((ROOT / "README.md").read_text().splitlines())
     assert n <= README_BUDGET, (f"README.md has {n} lines, over its budget of {README_BUDGET}: move "
                                 "experiments and long tables to docs/")
+
+
+# Private names of other libraries the code must read, each with the reason it has no public form
+FOREIGN_PRIVATE = {"_pat_str": "tiktoken's Encoding keeps its split pattern only there (hf_tokenizer.py)"}
+
+
+def _private_uses(path):
+    """(line, name) of every private name a file takes from elsewhere: `from m import _x`, or `obj._x`
+    where obj is not self, cls or super() (dunders are public)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+                continue
+            found.append((node.lineno, node.attr))
+    return [(line, name) for line, name in found if name not in FOREIGN_PRIVATE]
+
+
+def test_no_module_uses_another_modules_private_names():
+    files = [*sorted(CORE.rglob("*.py")), ROOT / "train_tiny.py", ROOT / "sample.py"]
+    for path in files:
+        uses = _private_uses(path)
+        assert not uses, (f"{path.relative_to(ROOT)} uses private names of other modules at (line, name) "
+                          f"{uses}: make the name public where it is defined, or keep the call inside")
+
+
+def test_the_private_name_check_catches_an_import_and_an_attribute(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text("from .drafter import _helper\nx = drafter._rope(p)\n"
+                    "y = self._mine()\nz = super()._up()\n")
+    assert [name for _, name in _private_uses(fake)] == ["_helper", "_rope"], \
+        "an imported private name and a private attribute of another object must be caught, self's must not"
+
+
+def test_notebooks_import_the_installed_package_without_editing_sys_path():
+    for path in [ROOT / "notebooks" / "_setup.py", *sorted((ROOT / "notebooks").glob("*.ipynb"))]:
+        assert "sys.path" not in path.read_text(), \
+            f"{path.relative_to(ROOT)} edits sys.path: the package is installed (make), import it as it is"
