@@ -12,15 +12,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 import dflash.model as official
+import torch
 from transformers import Qwen3ForCausalLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository: `python tests/...` finds nanodflash
-import nanodflash                                               # noqa: E402
-from nanodflash import data                                     # noqa: E402
-from nanodflash.tools import hf                                 # noqa: E402
-from nanodflash.speculative import speculative_generate         # noqa: E402
+# the repository: `python tests/...` finds nanodflash
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import nanodflash  # noqa: E402
+from nanodflash import data  # noqa: E402
+from nanodflash.speculative import speculative_generate  # noqa: E402
+from nanodflash.tools import hf  # noqa: E402
 
 official._cuda_time = time.perf_counter          # its timer calls torch.cuda.synchronize(); we run on the CPU
 
@@ -31,12 +32,14 @@ def main(run, n):
     tok, target, drafter = nanodflash.load(run)
     target.double(), drafter.double()
     hf_target = Qwen3ForCausalLM.from_pretrained(t_dir, dtype=torch.float64).eval()
-    hf_drafter = getattr(official, hf.ARCHITECTURES[drafter.kind]).from_pretrained(d_dir, dtype=torch.float64).eval()
+    drafter_class = getattr(official, hf.ARCHITECTURES[drafter.kind])
+    hf_drafter = drafter_class.from_pretrained(d_dir, dtype=torch.float64).eval()
     ids = torch.tensor(tok.encode_ordinary(data.load_corpus(None)), dtype=torch.long)
     prompts = [list(map(int, p)) for p in data.window_prompts(data.split_train_val(ids)[1], n, 16, 1337 + 2)]
     with torch.no_grad():
         x = torch.tensor(prompts[:8])
-        print(f"max |logit difference|, float64, 8 x 16 tokens: {(target(x)[0] - hf_target(x).logits).abs().max():.2e}")
+        difference = (target(x)[0] - hf_target(x).logits).abs().max()
+        print(f"max |logit difference|, float64, 8 x 16 tokens: {difference:.2e}")
     same_tokens = same_steps = 0
     for p in prompts:
         ours, stats = speculative_generate(target, drafter, p, 96, block_size=16)
@@ -44,8 +47,8 @@ def main(run, n):
                                           return_stats=True)
         same_tokens += theirs.output_ids[0, len(p):].tolist() == ours
         same_steps += theirs.acceptance_lengths == stats.acceptance_lengths
-    print(f"{n} prompts x 96 tokens, B=16: same tokens on {same_tokens}/{n}, the same acceptance length at every "
-          f"step on {same_steps}/{n}")
+    print(f"{n} prompts x 96 tokens, B=16: same tokens on {same_tokens}/{n}, "
+          f"the same acceptance length at every step on {same_steps}/{n}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """The test models are tiny: one thread avoids thread-pool overhead that dominates (and contends) on 2 cores."""
+    """The test models are tiny: one thread avoids thread-pool overhead that dominates (and contends) on
+    2 cores."""
     import torch
     torch.set_num_threads(1)
 
@@ -26,12 +27,15 @@ def drafter(target):
 
 @pytest.fixture(scope="session")
 def smoke_out(tmp_path_factory):
-    """Checkpoints from `train_tiny.py --smoke --sampling` (every stage, the sampling drafter's too), made once
-    per test run and shared by every test file. Under xdist both workers share one folder: the first to need it
-    trains it while the other waits on a file lock (tests only read it; they copy it to change anything)."""
+    """Checkpoints from `train_tiny.py --smoke --sampling` (every stage, the sampling drafter's too), made
+    once per test run and shared by every test file. Under xdist both workers share one folder: the first to
+    need it trains it while the other waits on a file lock (tests only read it; they copy it to change
+    anything)."""
     import os
-    import train_tiny
+
     from filelock import FileLock
+
+    import train_tiny
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent                                   # the run's folder, above each worker's own
@@ -43,9 +47,9 @@ def smoke_out(tmp_path_factory):
 
 
 # The order the tests are handed out in, for two workers to finish together: the files that take longest
-# (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands each
-# worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would keep it
-# busy while the other idles, and the quick tests fill the end instead (docs/log.md).
+# (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands
+# each worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would
+# keep it busy while the other idles, and the quick tests fill the end instead (docs/log.md).
 SLOW_FILES = {"test_batch.py", "test_bench.py", "test_dflash2.py", "test_hf.py", "test_long_generation.py",
               "test_notebooks.py", "test_resume.py", "test_sampling_exact.py", "test_sampling_kinds.py",
               "test_tree.py"}

@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repos
 VOCAB, MASK_ID = 64, 63
 
 
-def tiny_target(seed=0, vocab=VOCAB, n_layer=3, n_embd=32, n_head=4, n_kv_head=2, head_scale=1.0, max_seq_len=128):
+def tiny_target(seed=0, vocab=VOCAB, n_layer=3, n_embd=32, n_head=4, n_kv_head=2, head_scale=1.0,
+                max_seq_len=128):
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd,
                     mlp_hidden=2 * n_embd, max_seq_len=max_seq_len)
@@ -58,8 +59,8 @@ def greedy_continuation(target, context, n, lookahead=64):
     """`generate(target, context, n)`, served from an earlier, longer greedy run when `context` lies on it.
 
     The oracle test doubles draft the target's own continuation at every step of a lossless decode, so each
-    context extends the last one along the same greedy path: one run `lookahead` tokens long serves many steps,
-    where a fresh `generate` per step would re-read the whole context each time."""
+    context extends the last one along the same greedy path: one run `lookahead` tokens long serves many
+    steps, where a fresh `generate` per step would re-read the whole context each time."""
     if n == 0:
         return []
     runs = _GREEDY_RUNS.setdefault(target, [])
@@ -80,7 +81,8 @@ class OracleDrafter:
 
     def __init__(self, target, block_size, n_right=None, seed=0):
         self.target, self.n_right = target, n_right
-        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0], mask_token_id=MASK_ID)
+        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0],
+                                            mask_token_id=MASK_ID)
         self.rng = torch.Generator().manual_seed(seed)
         self.calls = 0
 
@@ -97,7 +99,8 @@ class OracleDrafter:
         right = greedy_continuation(self.target, cache + [anchor], n_draft)
         k = n_draft if self.n_right is None else self.n_right(self.rng, n_draft)
         tokens = right[:k] + [(t + 1) % self.target.config.vocab_size for t in right[k:]]
-        logits = torch.nn.functional.one_hot(torch.tensor(tokens), self.target.config.vocab_size).double() * 30.0
+        vocab = self.target.config.vocab_size
+        logits = torch.nn.functional.one_hot(torch.tensor(tokens), vocab).double() * 30.0
         return choose(logits)
 
 
@@ -116,11 +119,11 @@ def in_process(cwd):
 
 
 def run_command(*argv, cwd=None):
-    """`python ARGV...` run inside this test process (a script of the repository, or `-m module`), returned as
-    a subprocess.CompletedProcess would be: exit status, stdout, stderr. As the interpreter does, an uncaught
-    exception prints its traceback to stderr and exits 1, and SystemExit(message) prints the message and exits 1.
-    In-process, a call costs its work only, not an interpreter start and torch's import (about 2.5 s on 2 cores);
-    tests that kill or signal a run use a real subprocess (`smoke_run_in_training`)."""
+    """`python ARGV...` run inside this test process (a script of the repository, or `-m module`), returned
+    as a subprocess.CompletedProcess would be: exit status, stdout, stderr. As the interpreter does, an
+    uncaught exception prints its traceback to stderr and exits 1, and SystemExit(message) prints the message
+    and exits 1. In-process, a call costs its work only, not an interpreter start and torch's import (about
+    2.5 s on 2 cores); tests that kill or signal a run use a real subprocess (`smoke_run_in_training`)."""
     argv = [str(a) for a in argv]
     out, err, status = io.StringIO(), io.StringIO(), 0
     saved_argv = sys.argv
@@ -152,8 +155,9 @@ def run_command(*argv, cwd=None):
 def smoke_run_in_training(out):
     """`train_tiny.py --smoke` (with a target stage too long to finish) as a subprocess, returned once the
     target is training; the caller stops it (kill, or a signal)."""
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke", "--out", str(out),
-                             "--target_steps", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train_tiny.py"), "--smoke",
+                             "--out", str(out), "--target_steps", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     for line in proc.stdout:                                          # wait until the target is training
         if b"[target] step" in line:
             break

@@ -13,7 +13,6 @@ from nanodflash import checkpoint
 from nanodflash.speculative import generate, speculative_generate
 
 
-
 @pytest.mark.parametrize("kwargs,message", [
     (dict(prompt_ids=[]), "prompt is empty"),
     (dict(prompt_ids=list(range(60)) * 3), "exceeds the target's max_seq_len"),
@@ -36,9 +35,9 @@ def test_bad_generation_arguments_raise_value_error_naming_the_problem(target, d
     with pytest.raises(ValueError, match=message):
         speculative_generate(target, drafter, **args)
     if "block_size" not in kwargs and "verifier" not in kwargs:
+        sampling = {k: v for k, v in kwargs.items() if k in ("temperature", "top_k", "top_p")}
         with pytest.raises(ValueError, match=message):
-            generate(target, args["prompt_ids"], args["max_new_tokens"], **{k: v for k, v in kwargs.items()
-                                                                            if k in ("temperature", "top_k", "top_p")})
+            generate(target, args["prompt_ids"], args["max_new_tokens"], **sampling)
 
 
 def test_prompt_plus_new_tokens_exactly_filling_the_window_is_allowed(target, drafter):
@@ -119,7 +118,8 @@ def test_interrupted_training_resumes_from_the_last_complete_stage(smoke_out, tm
     r = run_train_tiny("--smoke", "--out", str(out))
     assert r.returncode == 0, r.stderr[-500:]
     for stage in ("tokenizer", "target", "data"):
-        assert f"[{stage}] found" in r.stdout, f"the finished {stage} stage should have been skipped on resume"
+        assert f"[{stage}] found" in r.stdout, \
+            f"the finished {stage} stage should have been skipped on resume"
     assert "[drafter] step" in r.stdout, "the unfinished drafter stage should have been redone"
     assert (out / "target.pt").read_bytes() == target_before, "resuming must not retrain the target"
     nanodflash.load(str(out))                                       # everything loads
@@ -131,9 +131,11 @@ def test_killed_run_leaves_no_half_written_checkpoint(tmp_path):
     proc.kill()
     proc.wait()
     assert not (out / "target.pt").exists(), "a killed target stage must not leave a target.pt behind"
-    r = run_train_tiny("--smoke", "--out", str(out), "--target_steps", "2", "--draft_steps", "1",   # a short rerun,
-                       "--eval_prompts", "1", "--eval_long_tokens", "0")                           # short summary
-    assert r.returncode == 0 and "[target] step" in r.stdout, "rerunning after a kill must redo the target stage"
+    # a short rerun, with a short summary
+    r = run_train_tiny("--smoke", "--out", str(out), "--target_steps", "2", "--draft_steps", "1",
+                       "--eval_prompts", "1", "--eval_long_tokens", "0")
+    assert r.returncode == 0 and "[target] step" in r.stdout, \
+        "rerunning after a kill must redo the target stage"
 
 
 def test_a_found_drafter_of_another_kind_than_asked_for_is_refused_with_what_to_do(smoke_out, tmp_path):
@@ -141,22 +143,29 @@ def test_a_found_drafter_of_another_kind_than_asked_for_is_refused_with_what_to_
     shutil.copytree(smoke_out, run)
     kind = torch.load(run / "drafter.pt", weights_only=False)["kind"]
     other = "dflash" if kind == "dflash2" else "dflash2"
-    with pytest.raises(ValueError, match=rf"drafter.pt was made by another run: drafter \(file: {kind}, now: {other}\)"
-                                         r".*Rerun with --fresh to start over, or use another --out"):
+    message = (rf"drafter.pt was made by another run: drafter \(file: {kind}, now: {other}\)"
+               r".*Rerun with --fresh to start over, or use another --out")
+    with pytest.raises(ValueError, match=message):
         train_tiny.main(["--smoke", "--out", str(run), "--drafter", other])
 
 
 @pytest.mark.parametrize("change,message", [
     (None, r"target_layer_ids \[\] must name at least one target layer, each in 0..2"),
-    (dict(target_layer_ids=[0, 3]), r"target_layer_ids \[0, 3\] must name at least one target layer, each in 0..2"),
+    (dict(target_layer_ids=[0, 3]),
+     r"target_layer_ids \[0, 3\] must name at least one target layer, each in 0..2"),
     (dict(block_size=1), "need block_size >= 2"),
 ])
 def test_a_drafter_config_that_cannot_work_is_refused_when_the_drafter_is_built(target, change, message):
-    """None: a DrafterConfig made by hand without target_layer_ids (it used to build, then fail in torch.cat)."""
+    """None: a DrafterConfig made by hand without target_layer_ids (which, unchecked, would build and then
+    fail in torch.cat)."""
     from dataclasses import replace
+
     from nanodflash.drafter import Drafter, DrafterConfig
     c = target.config
-    config = (DrafterConfig(mask_token_id=c.vocab_size - 1, n_embd=c.n_embd, n_head=c.n_head, n_kv_head=c.n_kv_head)
-              if change is None else replace(tiny_drafter(target).config, **change))
+    if change is None:
+        config = DrafterConfig(mask_token_id=c.vocab_size - 1, n_embd=c.n_embd, n_head=c.n_head,
+                               n_kv_head=c.n_kv_head)
+    else:
+        config = replace(tiny_drafter(target).config, **change)
     with pytest.raises(ValueError, match=message):
         Drafter(config, target)

@@ -1,4 +1,5 @@
-"""Claims about the road to real models: our target and drafters ARE Hugging Face Qwen3 and official DFlash models.
+"""Claims about the road to real models: our target and drafters ARE Hugging Face Qwen3 and official
+DFlash models.
 
 Conformance is checked against the real code (test dependencies, installed by `make test`): transformers'
 Qwen3ForCausalLM and the official `dflash` package (DFlashDraftModel, DFlash2DraftModel, dflash_generate).
@@ -18,28 +19,31 @@ import torch
 
 import nanodflash
 from nanodflash import checkpoint
-from nanodflash.tools import hf
-from nanodflash.tools.baselines import ARDrafter
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
+from nanodflash.tools import hf
+from nanodflash.tools.baselines import ARDrafter
 from nanodflash.train_drafter import train_drafter
 
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
-    pytest.skip("transformers and dflash are test dependencies: run the README's test command", allow_module_level=True)
+    pytest.skip("transformers and dflash are test dependencies: run the README's test command",
+                allow_module_level=True)
 transformers = dflash_model = None                  # the official code, imported by `official_code` below
 
 
 @pytest.fixture(scope="module", autouse=True)
 def official_code():
-    """transformers and the official dflash package, imported when this file's first test runs rather than when
-    pytest collects it (about 4.5 s on 2 cores, which an xdist worker running none of these tests need not pay)."""
+    """transformers and the official dflash package, imported when this file's first test runs rather than
+    when pytest collects it (about 4.5 s on 2 cores, which an xdist worker running none of these tests need
+    not pay)."""
     global transformers, dflash_model
-    import transformers
     import dflash.model as dflash_model
-    dflash_model._cuda_time = time.perf_counter     # its timer calls torch.cuda.synchronize(); we run on the CPU
+    import transformers
+    # its timer calls torch.cuda.synchronize(); we run on the CPU
+    dflash_model._cuda_time = time.perf_counter
 
 
 HF_FLOAT32_TOL = 1e-5                           # HF's float32 RMSNorm/RoPE inside a float64 model
@@ -47,13 +51,15 @@ HF_FLOAT32_TOL = 1e-5                           # HF's float32 RMSNorm/RoPE insi
 
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
-    """A smoke-sized target trained long enough to say varied things (the --smoke one repeats one token), with
-    a DFlash and a DFlash 2 drafter trained at block size 16, each in a run folder like train_tiny.py's. 100 drafter
-    steps give the same spread of acceptance lengths (1 to 16 at B=16) as 200, in half the time."""
+    """A smoke-sized target trained long enough to say varied things (the --smoke one repeats one token),
+    with a DFlash and a DFlash 2 drafter trained at block size 16, each in a run folder like train_tiny.py's.
+    100 drafter steps give the same spread of acceptance lengths (1 to 16 at B=16) as 200, in half the
+    time."""
     import train_tiny
     base = tmp_path_factory.mktemp("run_base")
-    train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64", "--draft_steps", "1",
-                     "--eval_prompts", "1", "--eval_long_tokens", "0"])            # a short summary: not used here
+    train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64",
+                     "--draft_steps", "1",
+                     "--eval_prompts", "1", "--eval_long_tokens", "0"])   # a short summary: not used here
     tok, target, _ = nanodflash.load(str(base))
     data = checkpoint.read(str(base / checkpoint.DATA), "data")
     runs = {}
@@ -63,7 +69,8 @@ def pairs(tmp_path_factory):
             shutil.copy(base / f, out / f)
         torch.manual_seed(0)
         drafter = cls(ccls.for_target(target.config, special_ids(tok)[1], n_layer=2, block_size=16), target)
-        train_drafter(drafter, data["train"], 100, 8, 2, 3e-3, min_anchor=data["prompt_len"] - 1, log_every=10**9)
+        train_drafter(drafter, data["train"], 100, 8, 2, 3e-3, min_anchor=data["prompt_len"] - 1,
+                      log_every=10**9)
         checkpoint.save_drafter(str(out / checkpoint.DRAFTER), drafter)
         runs[kind] = out
     return runs
@@ -76,16 +83,20 @@ def official_pair(target_dir, drafter_dir):
     return target, drafter
 
 
-def assert_same_steps(target, drafter, official_target, official_drafter, prompts, block_size, stops, n_new=40):
+def assert_same_steps(target, drafter, official_target, official_drafter, prompts, block_size, stops,
+                      n_new=40):
     """Our loop and the official one give the same tokens and the same acceptance length at every step."""
     stopped, multi = 0, 0
     for p in prompts:
-        ours, stats = speculative_generate(target, drafter, p, n_new, block_size=block_size, stop_token_ids=stops)
-        theirs = dflash_model.dflash_generate(official_drafter, official_target, torch.tensor([p]), n_new, stops,
-                                              block_size=block_size, return_stats=True)
-        assert theirs.output_ids[0, len(p):].tolist() == ours, f"tokens differ from the official loop (B={block_size})"
+        ours, stats = speculative_generate(target, drafter, p, n_new, block_size=block_size,
+                                           stop_token_ids=stops)
+        theirs = dflash_model.dflash_generate(official_drafter, official_target, torch.tensor([p]), n_new,
+                                              stops, block_size=block_size, return_stats=True)
+        assert theirs.output_ids[0, len(p):].tolist() == ours, \
+            f"tokens differ from the official loop (B={block_size})"
         assert theirs.acceptance_lengths == stats.acceptance_lengths, \
-            f"acceptance lengths differ (B={block_size}): official {theirs.acceptance_lengths}, ours {stats.acceptance_lengths}"
+            f"acceptance lengths differ (B={block_size}): official {theirs.acceptance_lengths}, " \
+            f"ours {stats.acceptance_lengths}"
         stopped += len(ours) < n_new
         multi += max(stats.acceptance_lengths, default=0) > 1
     return stopped, multi
@@ -118,7 +129,8 @@ def test_exported_target_gives_our_logits_in_transformers(pairs, tmp_path):
     err = (ours - theirs).abs().max().item()
     assert err < HF_FLOAT32_TOL, f"exported target's logits differ from ours by {err}"
     worse = (ours - theirs * 1.001).abs().max().item()
-    assert worse > HF_FLOAT32_TOL, "the tolerance cannot tell a 0.1% change of the logits apart: test is too loose"
+    assert worse > HF_FLOAT32_TOL, \
+        "the tolerance cannot tell a 0.1% change of the logits apart: test is too loose"
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dflash2"])
@@ -161,18 +173,21 @@ def random_official_pair(folder, tied, kind, seed=0):
     dcfg = transformers.Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                     max_position_embeddings=256, block_size=8, num_target_layers=L,
-                                    dflash_config=dict(mask_token_id=V - 1, target_layer_ids=[1, 2], conv_kernel_size=2,
-                                                       conv_group_size=8, selector_rank=8, selector_top_k=4),
+                                    dflash_config=dict(mask_token_id=V - 1, target_layer_ids=[1, 2],
+                                                       conv_kernel_size=2, conv_group_size=8, selector_rank=8,
+                                                       selector_top_k=4),
                                     architectures=[hf.ARCHITECTURES[kind]])
     drafter = getattr(dflash_model, hf.ARCHITECTURES[kind])(dcfg).double()
     with torch.no_grad():
-        for p in drafter.parameters():                       # every parameter random (incl. convs and codebooks)
+        # every parameter random (incl. convs and codebooks)
+        for p in drafter.parameters():
             p.normal_(0.0, 0.3)
     drafter.save_pretrained(os.path.join(folder, "drafter"))
     return target.eval(), drafter.eval()
 
 
-@pytest.mark.parametrize("tied,kind", [(True, "dflash"), (False, "dflash"), (True, "dflash2"), (False, "dflash2")])
+@pytest.mark.parametrize("tied,kind", [(True, "dflash"), (False, "dflash"),
+                                       (True, "dflash2"), (False, "dflash2")])
 def test_imported_hugging_face_checkpoints_reproduce_the_official_loop(tmp_path, tied, kind):
     official_target, official_drafter = random_official_pair(str(tmp_path), tied, kind)
     tok, target, drafter = hf.load(str(tmp_path / "target"), str(tmp_path / "drafter"), dtype=torch.float64)
@@ -180,8 +195,10 @@ def test_imported_hugging_face_checkpoints_reproduce_the_official_loop(tmp_path,
     assert (target.lm_head.weight is target.embed_tokens.weight) == tied, "tied embeddings must stay tied"
     rng = random.Random(1)
     prompts = [[rng.randrange(290) for _ in range(rng.randrange(3, 12))] for _ in range(4)]
-    for p in prompts:      # random drafts are rarely accepted, so first compare whole blocks of drafts directly
-        ours = drafter.draft(load_context(target, drafter, p), generate(target, p, 1)[0], 7, DraftRule(0.0))[0]
+    # random drafts are rarely accepted, so first compare whole blocks of drafts directly
+    for p in prompts:
+        context, anchor = load_context(target, drafter, p), generate(target, p, 1)[0]
+        ours = drafter.draft(context, anchor, 7, DraftRule(0.0))[0]
         assert ours.tolist() == official_block_drafts(official_target, official_drafter, p, 8), \
             f"imported {kind} drafter drafts another block than the official one"
     assert_same_steps(target, drafter, official_target, official_drafter, prompts, 8, [])
@@ -196,12 +213,14 @@ def load_context(target, drafter, prompt):
 
 @torch.no_grad()
 def official_block_drafts(official_target, official_drafter, prompt, block_size):
-    """The official drafter's greedy drafts for the first block after `prompt`, called as dflash_generate does."""
+    """The official drafter's greedy drafts for the first block after `prompt`, called as dflash_generate
+    does."""
     out = official_target(torch.tensor([prompt]), output_hidden_states=True)
     context = dflash_model.extract_context_feature(out.hidden_states, official_drafter.target_layer_ids)
     block = torch.full((1, block_size), official_drafter.mask_token_id)
     block[0, 0] = out.logits[0, -1].argmax()
-    hidden = official_drafter(target_hidden=context, noise_embedding=official_target.get_input_embeddings()(block),
+    noise = official_target.get_input_embeddings()(block)
+    hidden = official_drafter(target_hidden=context, noise_embedding=noise,
                               position_ids=torch.arange(len(prompt) + block_size)[None])[:, 1 - block_size:]
     head = official_target.lm_head
     if isinstance(official_drafter, dflash_model.DFlash2DraftModel):
@@ -219,12 +238,14 @@ def test_import_of_an_export_is_bitwise_the_same_pair(pairs, tmp_path, capsys):
     for name, t in drafter.state_dict().items():
         assert torch.equal(t, drafter2.state_dict()[name]), f"drafter weight {name} changed on the way"
     text = "def f(x):\n    return x  # é <|endoftext|>"
-    assert tok2.encode(text, allowed_special="all") == tok.encode(text, allowed_special="all"), "tokenizer changed"
+    assert tok2.encode(text, allowed_special="all") == tok.encode(text, allowed_special="all"), \
+        "tokenizer changed"
 
 
-HOSTILE = ["héllo wörld 日本語 🙂 Ωmega", "\x00\x01\x07\x1b[31m\t\r\n\x7f", " " * 60 + "x" + "\t" * 9, "\n\n\n   \n\t ",
-           "<|endoftext|>", "<|endoftext |>", "<|mask", "a<|mask|>b<|endoftext|>c", "<|<|endoftext|>|>",
-           "\u00a0\u2003\u200b nbsp", "ﬁ e\u0301 é", "'s 're'll don't", "12345678901234567890", "💩" * 7]
+HOSTILE = ["héllo wörld 日本語 🙂 Ωmega", "\x00\x01\x07\x1b[31m\t\r\n\x7f", " " * 60 + "x" + "\t" * 9,
+           "\n\n\n   \n\t ", "<|endoftext|>", "<|endoftext |>", "<|mask", "a<|mask|>b<|endoftext|>c",
+           "<|<|endoftext|>|>", "\u00a0\u2003\u200b nbsp", "ﬁ e\u0301 é", "'s 're'll don't",
+           "12345678901234567890", "💩" * 7]
 
 
 def test_exported_tokenizer_json_encodes_and_decodes_hostile_text_like_ours(pairs, tmp_path):
@@ -233,7 +254,8 @@ def test_exported_tokenizer_json_encodes_and_decodes_hostile_text_like_ours(pair
     fast = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "t"))
     rng = random.Random(0)
     texts = HOSTILE + ["".join(chr(rng.choice([rng.randrange(1, 128), rng.randrange(128, 0x3000),
-                                               0x1F600 + rng.randrange(80)])) for _ in range(rng.randrange(1, 60)))
+                                               0x1F600 + rng.randrange(80)]))
+                               for _ in range(rng.randrange(1, 60)))
                        for _ in range(300)]
     for text in texts:
         ours = tok.encode(text, allowed_special="all")
@@ -268,7 +290,8 @@ REFUSALS = [
     ("target", dict(layer_types=["sliding_attention"] * 2), "layer_types=['sliding_attention'"),
     ("target", dict(model_type="qwen3_moe"), "model_type='qwen3_moe': only dense Qwen3"),
     ("target", dict(num_experts=8), "num_experts=8: mixture-of-experts"),
-    ("target", dict(architectures=["LlamaForCausalLM"]), "architectures=['LlamaForCausalLM']: need Qwen3ForCausalLM"),
+    ("target", dict(architectures=["LlamaForCausalLM"]),
+     "architectures=['LlamaForCausalLM']: need Qwen3ForCausalLM"),
     ("target", dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling="),
     ("drafter", dict(mask_token_id=None), "dflash_config.mask_token_id is missing"),
     ("drafter", dict(architectures=["EagleDraftModel"]), "architectures=['EagleDraftModel']: need one of"),
@@ -278,7 +301,8 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("which,changes,message", REFUSALS, ids=[str(list(c)[0]) for _, c, _ in REFUSALS])
-def test_import_refuses_what_nanodflash_does_not_model_naming_the_field(pairs, tmp_path, which, changes, message):
+def test_import_refuses_what_nanodflash_does_not_model_naming_the_field(
+        pairs, tmp_path, which, changes, message):
     t_dir, d_dir = hf.export(str(pairs["dflash2"]), str(tmp_path / "hf"))
     edit_config(t_dir if which == "target" else d_dir, **changes)
     with pytest.raises(ValueError, match=None) as err:
@@ -288,7 +312,8 @@ def test_import_refuses_what_nanodflash_does_not_model_naming_the_field(pairs, t
 
 def test_export_refuses_drafters_the_official_code_cannot_run(pairs, tmp_path):
     tok, target, _ = nanodflash.load(str(pairs["dflash"]))
-    ar = ARDrafter(DrafterConfig.for_target(target.config, special_ids(tok)[1], n_layer=1, block_size=4), target)
+    config = DrafterConfig.for_target(target.config, special_ids(tok)[1], n_layer=1, block_size=4)
+    ar = ARDrafter(config, target)
     with pytest.raises(ValueError, match="only DFlash and DFlash 2 drafters have an official layout"):
         hf.export_drafter(ar, str(tmp_path / "ar"))
 
@@ -309,4 +334,5 @@ def test_sample_py_runs_the_demo_on_an_exported_pair_and_stays_lossless(pairs, t
     sample.main(["--hf", t_dir, d_dir, "--prompt", "def main(", "--max_new_tokens", "30", "--no-color"])
     out = capsys.readouterr().out
     assert f"{t_dir} + {d_dir}" in out, "the header should name the Hugging Face folders"
-    assert "token-identical to plain greedy decoding" in out and "PASS" in out, f"no lossless self-check:\n{out}"
+    assert "token-identical to plain greedy decoding" in out and "PASS" in out, \
+        f"no lossless self-check:\n{out}"

@@ -54,10 +54,12 @@ def real_messages(smoke_out, tmp_path_factory):
         ck["model"]["lm_head.weight"] += 0.01
         torch.save(ck, "out/mixed_target.pt")
         os.replace("out/mixed_target.pt", "out/target.pt")
-        msgs.append(message(nanodflash.load, "out"))                                 # drafter of another target
+        # a drafter of another target
+        msgs.append(message(nanodflash.load, "out"))
         shutil.rmtree("out")
         shutil.copytree(smoke_out, "out")
-        msgs.append(message(train_tiny.main, ["--smoke", "--out", "out", "--n_layer", "3"]))   # another setting
+        # another setting
+        msgs.append(message(train_tiny.main, ["--smoke", "--out", "out", "--n_layer", "3"]))
         tok, target, drafter = nanodflash.load("out")
         msgs.append(message(speculative_generate, target, drafter, [1] * 500, 100))
         sixteen = tiny_drafter(tiny_target(), block_size=16)                         # the default drafter's B
@@ -95,12 +97,13 @@ def as_pattern(quote):
 
 def test_every_error_the_readme_quotes_is_one_the_code_prints(real_messages):
     stale = [q for q in table_quotes() if not any(re.search(as_pattern(q), m) for m in real_messages)]
-    assert not stale, ("README 'Common errors' quotes messages the code does not print:\n  " + "\n  ".join(stale)
-                       + "\nthe real messages:\n  " + "\n  ".join(real_messages))
+    assert not stale, ("README 'Common errors' quotes messages the code does not print:\n  "
+                       + "\n  ".join(stale) + "\nthe real messages:\n  " + "\n  ".join(real_messages))
 
 
 def test_the_readme_quotes_every_run_folder_error(real_messages):
     quotes = table_quotes()
     missing = [m for m in real_messages if any(k in m for k in RUN_FOLDER_MESSAGES)
                and not any(re.search(as_pattern(q), m) for q in quotes)]
-    assert not missing, "README 'Common errors' should quote these run-folder messages:\n  " + "\n  ".join(missing)
+    assert not missing, \
+        "README 'Common errors' should quote these run-folder messages:\n  " + "\n  ".join(missing)

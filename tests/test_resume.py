@@ -18,7 +18,6 @@ from helpers import smoke_run_in_training
 from nanodflash import resume
 
 
-
 class Killed(Exception):
     """Stands for a kill -9 / closed lid: the process stops with no chance to save."""
 
@@ -56,27 +55,31 @@ def assert_same_as_uninterrupted(out, ref, files=("target.pt", "drafter.pt")):
         a, b = torch.load(out / f, weights_only=False), torch.load(ref / f, weights_only=False)
         assert a["model"].keys() == b["model"].keys(), f"{f}: the resumed run saved other tensors"
         differ = [k for k in a["model"] if not torch.equal(a["model"][k], b["model"][k])]
-        assert not differ, f"{f}: weights differ from the uninterrupted run's in {len(differ)} tensors, e.g. {differ[:3]}"
-        assert a["history"] == b["history"], f"{f}: the history (losses, evals) differs from the uninterrupted run's"
+        assert not differ, \
+            f"{f}: weights differ from the uninterrupted run's in {len(differ)} tensors, e.g. {differ[:3]}"
+        assert a["history"] == b["history"], \
+            f"{f}: the history (losses, evals) differs from the uninterrupted run's"
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
-def test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights(
+def test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights(  # noqa: E501 -- a test's name cannot wrap
         smoke_out, tmp_path, monkeypatch, capsys, how):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
     interrupt(monkeypatch, "target", 12, how)
     with pytest.raises(SystemExit) as e:
         train_tiny.cli(["--smoke", "--out", str(out)])
-    assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, f"{how} should end with the resume hint"
+    assert e.value.code == 130 and "interrupted" in capsys.readouterr().err, \
+        f"{how} should end with the resume hint"
     assert (out / "target.pt.resume").exists() and not (out / "target.pt").exists(), \
         f"{how} inside the target stage should leave its resume file, and no target.pt"
     printed = rerun(out, monkeypatch, capsys)
-    assert "resuming target at step 12 of 30" in printed, f"the rerun should say where it resumes:\n{printed[:600]}"
+    assert "resuming target at step 12 of 30" in printed, \
+        f"the rerun should say where it resumes:\n{printed[:600]}"
     assert not (out / "target.pt.resume").exists(), "the resume file should go once target.pt is written"
     assert_same_as_uninterrupted(out, smoke_out)
 
 
-def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_save_with_the_same_final_weights(
+def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_save_with_the_same_final_weights(  # noqa: E501 -- a test's name cannot wrap
         smoke_out, tmp_path, monkeypatch, capsys):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])
     monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)            # a periodic save after every step
@@ -84,14 +87,17 @@ def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_s
     with pytest.raises(Killed):
         train_tiny.main(["--smoke", "--out", str(out)])
     saved = torch.load(out / "drafter.pt.resume", weights_only=False)["step"]
-    assert saved == 19, f"the last periodic save before the kill at step 20 should hold 19 steps, holds {saved}"
+    assert saved == 19, \
+        f"the last periodic save before the kill at step 20 should hold 19 steps, holds {saved}"
     printed = rerun(out, monkeypatch, capsys)
-    assert "resuming drafter at step 19 of 30" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
+    assert "resuming drafter at step 19 of 30" in printed, \
+        f"the rerun should say where it resumes:\n{printed[-900:]}"
     assert not (out / "drafter.pt.resume").exists(), "the resume file should go once drafter.pt is written"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
 
 
-def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch, capsys):
+def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(
+        smoke_out, tmp_path, monkeypatch, capsys):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt", "drafter.pt",
                                                     "data_sampled.pt"])
     monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)
@@ -101,7 +107,8 @@ def test_a_killed_sampling_drafter_stage_resumes_with_the_same_final_weights(smo
     assert (out / "drafter_sampling.pt.resume").exists() and not (out / "drafter_sampling.pt").exists(), \
         "a kill inside the sampling drafter stage should leave its resume file, and no drafter_sampling.pt"
     printed = rerun(out, monkeypatch, capsys, "--sampling")
-    assert "resuming sampling drafter at step 11 of 20" in printed, f"the rerun should say where it resumes:\n{printed[-900:]}"
+    assert "resuming sampling drafter at step 11 of 20" in printed, \
+        f"the rerun should say where it resumes:\n{printed[-900:]}"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter_sampling.pt",))
 
 
@@ -116,9 +123,10 @@ def test_a_resume_file_from_other_settings_is_refused_naming_the_difference_and_
     with pytest.raises(SystemExit) as e:
         train_tiny.cli(["--smoke", "--out", str(out)])                # the smoke default: 30 drafter steps
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 1 and len(err.splitlines()) == 1, f"expected one error line and status 1, got:\n{err}"
-    assert "steps (file: 40, now: 30)" in err and "--fresh" in err, f"the message should name the difference " \
-                                                                     f"and --fresh: {err}"
+    assert e.value.code == 1 and len(err.splitlines()) == 1, \
+        f"expected one error line and status 1, got:\n{err}"
+    assert "steps (file: 40, now: 30)" in err and "--fresh" in err, \
+        f"the message should name the difference and --fresh: {err}"
     interrupt(monkeypatch, "target", 1, "kill")                      # --fresh: stop it as soon as it trains
     with pytest.raises(Killed):
         train_tiny.main(["--smoke", "--out", str(out), "--fresh"])
@@ -135,12 +143,13 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     capsys.readouterr()                                              # only the rerun's lines
     lines = [line for line in rerun(out, monkeypatch, capsys).splitlines() if "corrupt" in line]
-    assert len(lines) == 1 and "drafter.pt.resume is corrupt or truncated" in lines[0] and "over" in lines[0], \
-        f"expected one line reporting the corrupt resume file, got {lines}"
+    assert (len(lines) == 1 and "drafter.pt.resume is corrupt or truncated" in lines[0]
+            and "over" in lines[0]), f"expected one line reporting the corrupt resume file, got {lines}"
     assert_same_as_uninterrupted(out, smoke_out, files=("drafter.pt",))
 
 
-def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_with_the_resume_hint(smoke_out, tmp_path):
+def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_with_the_resume_hint(
+        smoke_out, tmp_path):
     """`kill PID` on a real run. Ctrl-C and SIGHUP go to the same handler:
     test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights
     sends each of the three to its own process; one subprocess per signal here would add an interpreter and
@@ -152,10 +161,13 @@ def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_wi
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, f"expected exit status 130 after SIGTERM, got {proc.returncode}: {err[-500:]}"
-    assert b"Traceback" not in err and b"rerun the same command to resume" in err, f"unclear message: {err[-500:]}"
+    assert proc.returncode == 130, \
+        f"expected exit status 130 after SIGTERM, got {proc.returncode}: {err[-500:]}"
+    assert b"Traceback" not in err and b"rerun the same command to resume" in err, \
+        f"unclear message: {err[-500:]}"
     saved = torch.load(out / "target.pt.resume", weights_only=False)
-    assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, "the SIGTERM save should hold the steps done"
+    assert saved["step"] >= 1 and saved["settings"]["steps"] == 100000, \
+        "the SIGTERM save should hold the steps done"
 
 
 def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
@@ -167,7 +179,9 @@ def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, 
     recipe, quiet = dict(baselines.run_recipe(ck["made_by"], "drafter.pt"), steps=8), (lambda *_: None)
 
     def train(out):
-        return baselines.train_baselines(str(out), target, drafter, data, recipe, kinds=("nofeat",), log=quiet)["nofeat"]
+        trained = baselines.train_baselines(str(out), target, drafter, data, recipe, kinds=("nofeat",),
+                                            log=quiet)
+        return trained["nofeat"]
     reference = train(tmp_path / "ref").state_dict()
     interrupt(monkeypatch, "drafter", 4, "ctrl-c")
     with pytest.raises(KeyboardInterrupt):

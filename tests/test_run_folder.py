@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import sample
-from helpers import ROOT, run_command as run   # `python ARGS...` (a script, or -m module), from cwd
 import train_tiny
+from helpers import ROOT
+from helpers import run_command as run  # `python ARGS...` (a script, or -m module), from cwd
 from nanodflash import checkpoint
 from nanodflash.tools import bench, hf
 
@@ -43,7 +44,7 @@ def custom_run(tmp_path_factory):
     return cwd, corpus, r.stdout
 
 
-# ----------------------------------------------------------------------------- stages are reused only when they match
+# ------------------------------------------------------------------ stages are reused only when they match
 
 @pytest.mark.parametrize("flags, difference, refused", [
     (["--n_layer", "3"], "n_layer (file: 2, now: 3)", "target.pt"),
@@ -57,7 +58,8 @@ def test_a_rerun_with_another_setting_is_refused_naming_the_difference_and_the_w
     with pytest.raises(ValueError) as e:
         train_tiny.main(["--smoke", "--out", str(out), *flags])
     msg = str(e.value)
-    assert f"{refused} was made by another run: {difference}" in msg, f"the refusal should name {difference!r}: {msg}"
+    assert f"{refused} was made by another run: {difference}" in msg, \
+        f"the refusal should name {difference!r}: {msg}"
     assert "--fresh" in msg and "another --out" in msg, f"the refusal should say the way out: {msg}"
     assert "\n" not in msg, f"the refusal should be one line: {msg!r}"
     after = {f: (out / f).read_bytes() for f in os.listdir(out)}
@@ -66,15 +68,17 @@ def test_a_rerun_with_another_setting_is_refused_naming_the_difference_and_the_w
 
 def test_smoke_run_is_never_reused_by_a_default_run(smoke_out, tmp_path):
     out = copy_run(smoke_out, tmp_path)
-    with pytest.raises(ValueError, match=r"tokenizer.bpe was made by another run: smoke \(file: True, now: False\); "
-                                         r"vocab_size \(file: 300, now: 1024\)"):
+    refusal = (r"tokenizer.bpe was made by another run: smoke \(file: True, now: False\); "
+               r"vocab_size \(file: 300, now: 1024\)")
+    with pytest.raises(ValueError, match=refusal):
         train_tiny.main(["--out", str(out)])
 
 
 def test_a_run_on_another_corpus_is_refused_in_a_folder_made_on_the_default_one(smoke_out, tmp_path):
     out = copy_run(smoke_out, tmp_path)
     corpus = made_up_corpus(tmp_path / "corpus.txt")
-    with pytest.raises(ValueError, match=r"tokenizer.bpe was made by another run: corpus \(file: [0-9a-f]+, now: "):
+    with pytest.raises(ValueError,
+                       match=r"tokenizer.bpe was made by another run: corpus \(file: [0-9a-f]+, now: "):
         train_tiny.main(["--smoke", "--out", str(out), "--data", str(corpus)])
 
 
@@ -105,18 +109,20 @@ def test_smoke_without_out_writes_out_smoke_and_never_touches_out(custom_run):
     assert "checkpoints in out_smoke/" in printed, "the run should say where its checkpoints are"
 
 
-# ----------------------------------------------------------------------------- the folder remembers its corpus
+# ------------------------------------------------------------------ the folder remembers its corpus
 
 def test_sample_takes_its_prompt_from_the_corpus_the_run_was_trained_on(custom_run):
     cwd, corpus, _ = custom_run
     r = run("sample.py", "--out", cwd / "out_smoke", "--max_new_tokens", 8, "--no-color")
     assert r.returncode == 0, r.stderr[-2000:]
     shown = r.stdout.split("-" * 80)[1].strip("\n")
-    prompt = shown.split("⟨")[0]                           # the prompt: the text before the first target token
+    # the prompt: the text before the first target token
+    prompt = shown.split("⟨")[0]
     assert prompt and prompt in corpus.read_text(), f"the prompt {prompt!r} is not from the run's corpus"
 
 
-def test_the_benchmark_takes_its_prompts_from_the_corpus_the_run_was_trained_on(custom_run, monkeypatch, capsys):
+def test_the_benchmark_takes_its_prompts_from_the_corpus_the_run_was_trained_on(
+        custom_run, monkeypatch, capsys):
     cwd, corpus, _ = custom_run
     asked = []
 
@@ -129,7 +135,8 @@ def test_the_benchmark_takes_its_prompts_from_the_corpus_the_run_was_trained_on(
     assert asked == [str(corpus)], f"the benchmark's prompts should come from {corpus}, it asked for {asked}"
 
 
-def test_the_notebooks_prompt_a_custom_corpus_run_with_its_own_text_not_python(custom_run, monkeypatch, capsys):
+def test_the_notebooks_prompt_a_custom_corpus_run_with_its_own_text_not_python(
+        custom_run, monkeypatch, capsys):
     cwd, corpus, _ = custom_run
     monkeypatch.setenv("NANODFLASH_OUT", str(cwd / "out_smoke"))
     monkeypatch.syspath_prepend(os.path.join(ROOT, "notebooks"))
@@ -139,8 +146,10 @@ def test_the_notebooks_prompt_a_custom_corpus_run_with_its_own_text_not_python(c
         prompt = tok.decode(_setup.code_prompt(tok, _setup.CODE_PROMPT))
     finally:
         _setup.CORPUS = _setup.DEFAULT_CORPUS                  # other tests import _setup too
-    assert prompt and prompt in corpus.read_text(), f"the notebooks' prompt {prompt!r} is not from the run's corpus"
-    assert f"trained on {corpus}" in capsys.readouterr().out, "the notebook should say why its prompt is not code"
+    assert prompt and prompt in corpus.read_text(), \
+        f"the notebooks' prompt {prompt!r} is not from the run's corpus"
+    assert f"trained on {corpus}" in capsys.readouterr().out, \
+        "the notebook should say why its prompt is not code"
 
 
 def test_a_run_whose_corpus_file_is_gone_says_so(custom_run, tmp_path):
@@ -155,7 +164,7 @@ def test_a_run_whose_corpus_file_is_gone_says_so(custom_run, tmp_path):
     assert f"was trained on {tmp_path / 'moved.txt'}, which is gone" in r.stderr, r.stderr
 
 
-# ----------------------------------------------------------------------------- a toy run says it is one
+# ------------------------------------------------------------------ a toy run says it is one
 
 def test_a_smoke_run_says_its_numbers_are_not_meaningful_and_a_default_sized_one_does_not(
         smoke_out, tmp_path, capsys):
@@ -175,7 +184,7 @@ def test_the_smoke_summary_says_its_numbers_are_not_meaningful(custom_run):
     assert checkpoint.TOY_RUN in custom_run[2], "the smoke run's summary should say it is a toy run"
 
 
-# ----------------------------------------------------------------------------- messages that point the right way
+# ------------------------------------------------------------------ messages that point the right way
 
 def cases(tmp_path, smoke_out):
     near = tmp_path / "run_a"
@@ -186,7 +195,8 @@ def cases(tmp_path, smoke_out):
     missing, unfinished = tmp_path / "run_b", tmp_path / "unfinished"
     no_folder = f"no run folder {missing}: it does not exist; the nearest run folder is {near}"
     no_tokenizer = f"{unfinished} has no tokenizer.bpe: an unfinished run"
-    block = 'block_size must be "auto" or an integer in [1, 8] (the drafter was trained with block_size=8), got '
+    block = ('block_size must be "auto" or an integer in [1, 8] '
+             '(the drafter was trained with block_size=8), got ')
     return [
         (("sample.py", "--out", missing), no_folder),
         (("sample.py", "--out", unfinished), no_tokenizer),
@@ -195,8 +205,8 @@ def cases(tmp_path, smoke_out):
         (("-m", "nanodflash.tools.baselines", "--out", missing), no_folder),
         (("-m", "nanodflash.tools.hf", "export", "--out", missing), no_folder),
         (("-m", "nanodflash.tools.hf", "export", "--out", unfinished), no_tokenizer),
-        (("train_tiny.py", "--smoke", "--out", tmp_path / "a_file"), f"--out {tmp_path / 'a_file'} is a file, not a "
-                                                                     "run folder"),
+        (("train_tiny.py", "--smoke", "--out", tmp_path / "a_file"),
+         f"--out {tmp_path / 'a_file'} is a file, not a run folder"),
         (("sample.py", "--hf", missing, missing), f"no Hugging Face folder {missing}: it does not exist"),
         (("sample.py", "--out", smoke_out, "--block_size", "four"), block + "'four'"),
         (("sample.py", "--out", smoke_out, "--block_size", "32"), block + "32"),
@@ -209,15 +219,18 @@ CASES = ["sample-missing", "sample-unfinished", "bench-missing", "bench-unfinish
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=CASES)
-def test_every_command_reports_a_missing_or_wrong_path_in_one_line_without_a_traceback(smoke_out, tmp_path, case):
+def test_every_command_reports_a_missing_or_wrong_path_in_one_line_without_a_traceback(
+        smoke_out, tmp_path, case):
     argv, says = cases(tmp_path, smoke_out)[case]
     r = run(*argv)
     last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
-    assert r.returncode == 1 and "Traceback" not in r.stderr and says in last and last.startswith("error: "), \
-        f"{' '.join(map(str, argv))}: exit {r.returncode}, said {r.stderr.strip()[-400:]!r}, should say {says!r}"
+    command = " ".join(map(str, argv))
+    assert (r.returncode == 1 and "Traceback" not in r.stderr and says in last
+            and last.startswith("error: ")), \
+        f"{command}: exit {r.returncode}, said {r.stderr.strip()[-400:]!r}, should say {says!r}"
 
 
-# ----------------------------------------------------------------------------- export says what it wrote
+# ------------------------------------------------------------------ export says what it wrote
 
 def test_export_names_every_file_it_wrote_includes_the_sampling_drafter_and_leaves_them_readable(
         smoke_out, tmp_path, capsys):
@@ -236,9 +249,11 @@ def test_the_in_process_runner_reports_what_the_interpreter_would(tmp_path):
     """The command tests above run scripts in-process (helpers.run_command): a traceback, an exit message and
     an exit status must come out as they would from `python script.py`, or the claims above prove nothing."""
     script = tmp_path / "script.py"
-    for body, status, says in (("raise ValueError('boom')", 1, "Traceback"), ("raise SystemExit('error: no')", 1,
-                               "error: no"), ("import sys; print('hi'); sys.exit(3)", 3, "")):
+    for body, status, says in (("raise ValueError('boom')", 1, "Traceback"),
+                               ("raise SystemExit('error: no')", 1, "error: no"),
+                               ("import sys; print('hi'); sys.exit(3)", 3, "")):
         script.write_text(body + "\n")
         r = run(script)
-        assert r.returncode == status and says in r.stderr, f"{body}: exit {r.returncode}, stderr {r.stderr!r}"
+        assert r.returncode == status and says in r.stderr, \
+            f"{body}: exit {r.returncode}, stderr {r.stderr!r}"
     assert r.stdout == "hi\n", f"stdout of the script was not captured: {r.stdout!r}"

@@ -29,8 +29,10 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
     assert r.returncode == 0, f"sample.py failed (status {r.returncode}):\n{r.stderr}"
     assert re.search(r"greedy self-check: .*token-identical.*: PASS", r.stdout), \
         f"the greedy self-check line is missing:\n{r.stdout}"
-    assert "τ (mean acceptance length)" in r.stdout and "plain decoding" in r.stdout, f"τ or speed missing:\n{r.stdout}"
-    assert re.search(r"plain [0-9.]+s vs DFlash [0-9.]+s -> [0-9.]+x", r.stdout), f"no side-by-side speed:\n{r.stdout}"
+    assert "τ (mean acceptance length)" in r.stdout and "plain decoding" in r.stdout, \
+        f"τ or speed missing:\n{r.stdout}"
+    assert re.search(r"plain [0-9.]+s vs DFlash [0-9.]+s -> [0-9.]+x", r.stdout), \
+        f"no side-by-side speed:\n{r.stdout}"
     assert "\033[" not in r.stdout, "ANSI colour codes were written to a pipe (not a terminal)"
     assert "legend: prompt  ⟦accepted drafts⟧  ⟨target tokens" in r.stdout, "the marker legend is missing"
 
@@ -48,7 +50,8 @@ def test_plain_prints_the_continuation_without_markers_or_legend(smoke_out):
     assert r.returncode == 0, r.stderr
     text = r.stdout.split("-" * 80)[1]
     assert "legend" not in r.stdout and not set("⟦⟧⟨⟩") & set(text), f"--plain printed markers:\n{r.stdout}"
-    assert text.startswith("\ndef f(x):"), f"--plain should print the prompt and continuation as text:\n{text!r}"
+    assert text.startswith("\ndef f(x):"), \
+        f"--plain should print the prompt and continuation as text:\n{text!r}"
 
 
 def test_sample_runs_sampled_mode_with_the_rejection_verifier(smoke_out):
@@ -74,7 +77,8 @@ def test_origins_split_each_step_into_accepted_drafts_then_one_target_token():
     assert sample.origins(6, [1, 4]) == ["target", "target", "draft", "draft", "draft", "target"], \
         "a step of acceptance length n is n-1 accepted drafts then the bonus"
     with pytest.raises(AssertionError):
-        sample.origins(5, [1, 1])                         # lengths that do not add up are a bug, not a display
+        # lengths that do not add up are a bug, not a display
+        sample.origins(5, [1, 1])
 
 
 def test_render_marks_runs_by_origin_and_loses_no_text(smoke_out):
@@ -88,13 +92,15 @@ def test_render_marks_runs_by_origin_and_loses_no_text(smoke_out):
     assert marked == expected, f"origin markers wrong: {marked!r} != {expected!r}"
     colored = sample.render(tok, prompt, gen, kinds, "color")
     assert re.sub(r"\033\[[0-9;]*m", "", colored) == "def f(x): return x", "colour mode changed the text"
-    assert sample.render(tok, prompt, gen, kinds, "plain") == "def f(x): return x", "plain mode changed the text"
+    assert sample.render(tok, prompt, gen, kinds, "plain") == "def f(x): return x", \
+        "plain mode changed the text"
 
 
 def test_sample_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path):
     r = run_sample("--out", tmp_path / "nothing_here")
     assert r.returncode == 1, f"expected exit status 1, got {r.returncode}"
-    assert "no run folder" in r.stderr and "train_tiny.py" in r.stderr, f"message does not say what to do:\n{r.stderr}"
+    assert "no run folder" in r.stderr and "train_tiny.py" in r.stderr, \
+        f"message does not say what to do:\n{r.stderr}"
     assert "Traceback" not in r.stderr, f"a stack trace instead of a message:\n{r.stderr}"
 
 
@@ -115,7 +121,8 @@ def test_sample_refuses_a_drafter_trained_for_another_target(smoke_out, tmp_path
 ])
 def test_sample_rejects_bad_flags_with_the_library_message(smoke_out, capsys, flags, says):
     msg = exit_message(["--out", str(smoke_out), *flags], capsys)
-    assert msg.startswith("error:") and says in msg, f"{flags}: expected a message containing {says!r}, got {msg!r}"
+    assert msg.startswith("error:") and says in msg, \
+        f"{flags}: expected a message containing {says!r}, got {msg!r}"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

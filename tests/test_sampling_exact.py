@@ -10,9 +10,9 @@ probability 1e-4 (under 1e-3 across the whole file) for a random seed; seeds are
 is deterministic. Power: the negative controls (a verifier that always accepts, and one that on
 rejection resamples from p instead of the residual) must get p < 1e-4 on the same test. With N = 600
 samples they get p < 1e-100 here. Subtler faults are caught too: a verifier that sees the target at 1.4 times
-its temperature, or accepts 1.2 times too often, fails in 10 seeds of 10 (tests/power_of_the_chi_square_test.py).
-The other files' controls, at N_OTHER_PATHS = 400, get p ~ 1e-57 at worst (test_sampling_kinds.py's uniform q
-with top-k and top-p on).
+its temperature, or accepts 1.2 times too often, fails in 10 seeds of 10
+(tests/power_of_the_chi_square_test.py). The other files' controls, at N_OTHER_PATHS = 400, get p ~ 1e-57 at
+worst (test_sampling_kinds.py's uniform q with top-k and top-p on).
 """
 
 import itertools
@@ -26,9 +26,10 @@ from nanodflash.speculative import speculative_generate
 from nanodflash.verify import residual_distribution
 
 V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 600, 1e-4
-# The files that run these verifiers on other paths (other drafter kinds, the selector's q, auto block sizes) guard
-# against plumbing faults there, a wrong q or drafts not drawn from it, which fail by far at 400 samples; subtle
-# faults of the verifiers themselves are this file's, at 600 (docs/log.md, "Power of the chi-square tests").
+# The files that run these verifiers on other paths (other drafter kinds, the selector's q, auto block sizes)
+# guard against plumbing faults there, a wrong q or drafts not drawn from it, which fail by far at 400
+# samples; subtle faults of the verifiers themselves are this file's, at 600 (docs/log.md, "Power of the
+# chi-square tests").
 N_OTHER_PATHS = 400
 
 
@@ -42,11 +43,11 @@ def exact_distribution(target, temperature, top_k, top_p, prompt=PROMPT):
     """{output tuple: probability under plain sampling from the target}, by enumeration: the product of the
     target's conditionals along each of the V^H outputs, all from one forward."""
     outputs = list(itertools.product(range(V), repeat=H))
-    seqs = torch.tensor([prompt + list(o) for o in outputs])                              # (V^H, len(prompt) + H)
+    seqs = torch.tensor([prompt + list(o) for o in outputs])           # (V^H, len(prompt) + H)
     device = next(target.parameters()).device                          # (test_cuda.py passes a CUDA target)
     logits, _ = target(seqs.to(device))
-    probs = probs_from_logits(logits[:, len(prompt) - 1: -1].cpu(), temperature, top_k, top_p)   # (V^H, H, V)
-    chosen = probs.gather(-1, seqs[:, len(prompt):, None])[..., 0]                       # (V^H, H)
+    probs = probs_from_logits(logits[:, len(prompt) - 1: -1].cpu(), temperature, top_k, top_p)  # (V^H, H, V)
+    chosen = probs.gather(-1, seqs[:, len(prompt):, None])[..., 0]     # (V^H, H)
     return dict(zip(outputs, chosen.prod(-1).tolist()))
 
 
@@ -63,7 +64,8 @@ def chi_square_p_value(counts, exact, n):
         stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-12)
         bins += 1
     df = bins - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
 
 
 def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0, block_size=4, sizes=None,
@@ -72,8 +74,9 @@ def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, see
     g = torch.Generator().manual_seed(seed)
     counts, lengths = {}, []
     for _ in range(n):
-        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=block_size, temperature=temperature,
-                                          top_k=top_k, top_p=top_p, verifier=verifier, generator=g)
+        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=block_size,
+                                          temperature=temperature, top_k=top_k, top_p=top_p,
+                                          verifier=verifier, generator=g)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         lengths += stats.acceptance_lengths
         if sizes is not None:
@@ -86,15 +89,18 @@ CONFIGS = [(0.7, None, None), (1.0, 2, None), (1.0, None, 0.8)]
 
 @pytest.mark.parametrize("verifier", ["match", "rejection"])
 @pytest.mark.parametrize("temperature,top_k,top_p", CONFIGS)
-def test_sampled_speculative_output_has_exactly_the_targets_distribution(models, verifier, temperature, top_k, top_p):
+def test_sampled_speculative_output_has_exactly_the_targets_distribution(
+        models, verifier, temperature, top_k, top_p):
     target, drafter = models
     exact = exact_distribution(target, temperature, top_k, top_p)
     counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p)
     impossible = [s for s in counts if exact[s] == 0]
     assert not impossible, f"{verifier}: produced outputs the target can never produce: {impossible[:3]}"
-    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), "both acceptance and rejection must occur"
+    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), \
+        "both acceptance and rejection must occur"
     p = chi_square_p_value(counts, exact, N_SAMPLES)
-    assert p > ALPHA, f"{verifier} T={temperature} top_k={top_k} top_p={top_p}: chi-square p={p:.2e} -- not the target's distribution"
+    assert p > ALPHA, (f"{verifier} T={temperature} top_k={top_k} top_p={top_p}: chi-square p={p:.2e} "
+                       "-- not the target's distribution")
 
 
 def always_accept(drafts, q, p, generator):
@@ -123,14 +129,17 @@ def test_a_deliberately_wrong_verifier_fails_the_same_test(models, wrong):
     exact = exact_distribution(target, 1.0, None, None)
     counts, _ = speculative_counts(target, drafter, wrong, 1.0, None, None)
     p = chi_square_p_value(counts, exact, N_SAMPLES)
-    assert p < ALPHA, f"the test cannot tell {wrong.__name__} from a correct verifier (p={p:.2e}): it has no power"
+    assert p < ALPHA, \
+        f"the test cannot tell {wrong.__name__} from a correct verifier (p={p:.2e}): it has no power"
 
 
 def test_residual_is_what_makes_rejection_exact():
-    """Exact one-position check of the negative control: resampling from p instead of the residual is biased."""
+    """Exact one-position check of the negative control: resampling from p instead of the residual is
+    biased."""
     p = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
     q = torch.tensor([0.2, 0.7, 0.1], dtype=torch.float64)
     acc = torch.minimum(torch.ones_like(p), p / q) * q
     right = acc + (1 - acc.sum()) * residual_distribution(p, q)
     wrong = acc + (1 - acc.sum()) * p
-    assert torch.allclose(right, p) and not torch.allclose(wrong, p), "residual resampling should be exact, p resampling not"
+    assert torch.allclose(right, p) and not torch.allclose(wrong, p), \
+        "residual resampling should be exact, p resampling not"
