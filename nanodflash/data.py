@@ -12,6 +12,7 @@ validation covers every part of the corpus rather than the last module.
 
 import glob
 import hashlib
+import importlib.util
 import os
 import sysconfig
 
@@ -19,6 +20,8 @@ import torch
 
 # the stdlib corpus stops after the first module that reaches this many characters
 STDLIB_CHARS = 1_000_000
+# third-party Python source, installed with nanodflash and in no built-in corpus: prompts no run trained on
+THIRD_PARTY_PACKAGE = "numpy"
 
 
 def stdlib_corpus(max_chars=STDLIB_CHARS):
@@ -133,3 +136,22 @@ def val_prompts(tok, n, length, seed, data=None):
                 break
         prompts.append(val[s: s + length].tolist())
     return prompts
+
+
+def third_party_prompts(tok, n, length, package=THIRD_PARTY_PACKAGE):
+    """n prompts of `length` tokens from text no built-in corpus contains: the opening tokens of the Python
+    files of an installed package, its files in sorted path order, those shorter than `length` tokens
+    skipped. The same package version gives the same prompts on every machine."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"third-party prompts need the package {package!r} installed")
+    root = list(spec.submodule_search_locations)[0]
+    prompts = []
+    for path in sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True)):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            ids = tok.encode_ordinary(f.read(20 * length))       # its first lines: enough characters
+        if len(ids) >= length:
+            prompts.append(ids[:length])
+        if len(prompts) == n:
+            return prompts
+    raise ValueError(f"{package} has {len(prompts)} Python files of {length} tokens or more, fewer than {n}")

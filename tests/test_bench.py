@@ -12,7 +12,7 @@ import nanodflash
 from helpers import tiny_drafter, tiny_target
 from nanodflash.drafter import Drafter
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools import bench, bench_methods, bench_sections
+from nanodflash.tools import bench, bench_batch, bench_methods, bench_sections, bench_tree
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 
 N_PROMPTS, NEW_TOKENS = 2, 20
@@ -305,6 +305,20 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
     assert next(r for r in rows if r["name"] == "plain greedy")["bands"] is None, \
         "plain decoding has no steps"
     assert "at context " in out, "the step costs late in a long generation are missing"
+
+
+def test_every_benchmark_runs_on_third_party_prompts_when_asked(smoke_out, tmp_path, capsys):
+    path = tmp_path / "third_party.json"
+    bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--greedy_only",
+                "--prompts", "third_party", "--json", str(path)])
+    assert "2 third-party prompts (numpy source)" in capsys.readouterr().out, "the header names the set"
+    assert json.load(open(path))["prompts"] == "third_party", "the JSON records the prompt set"
+    bench_batch.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--batch", "2",
+                      "--prompts", "third_party"])
+    bench_tree.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--sizes", "8",
+                     "--prompts", "third_party"])
+    out = capsys.readouterr().out
+    assert out.count("2 third-party prompts (numpy source)") == 2, f"bench_batch and bench_tree:\n{out}"
 
 
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):

@@ -2,7 +2,15 @@
 
 import torch
 
-from nanodflash.data import STDLIB_CHARS, load_corpus, split_train_val, stdlib_corpus
+from nanodflash.data import (
+    STDLIB_CHARS,
+    load_corpus,
+    split_train_val,
+    stdlib_corpus,
+    third_party_prompts,
+    val_prompts,
+)
+from nanodflash.tokenizer import train_tokenizer
 
 
 def test_default_corpus_is_the_standard_library_source_and_is_deterministic():
@@ -31,3 +39,15 @@ def test_split_sends_every_tenth_chunk_to_validation():
     tr, va = split_train_val(torch.arange(100), val_every=10, chunk_len=5)
     assert va.tolist() == list(range(45, 50)) + list(range(95, 100)), "chunks 9 and 19 should be validation"
     assert tr.numel() + va.numel() == 100 and not set(tr.tolist()) & set(va.tolist()), "a clean partition"
+
+
+def test_third_party_prompts_are_text_the_corpus_does_not_contain_and_the_same_every_time():
+    text = load_corpus()
+    tok = train_tokenizer(text[:200_000], vocab_size=1024)   # the default run's vocabulary size
+    prompts = third_party_prompts(tok, 64, 16)
+    assert len(prompts) == 64 and all(len(p) == 16 for p in prompts), "64 prompts of 16 tokens each"
+    assert third_party_prompts(tok, 64, 16) == prompts, "the same package gives the same prompts"
+    seen = [tok.decode(p) for p in prompts if tok.decode(p) in text]
+    assert not seen, f"third-party prompts must be text the default corpus does not contain: {seen[:3]}"
+    held_out = [p for p in val_prompts(tok, 64, 16, seed=0) if tok.decode(p) in text]
+    assert len(held_out) >= 60, "control: held-out prompts come from the corpus, so the check can see them"

@@ -2,6 +2,7 @@
 process.
 
     python -m nanodflash.tools.bench --out out [--json bench.json]   # the table, the step costs, the ceiling
+    python -m nanodflash.tools.bench --out out --prompts third_party  # on text no built-in corpus contains
 
 All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
 after a warm-up. Reported per row:
@@ -45,7 +46,6 @@ import time
 import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
-from ..data import val_prompts
 from . import bench_sections as sections
 from .baselines import load_present
 from .bench_methods import (
@@ -60,7 +60,7 @@ from .bench_methods import (
     sampling_drafters,
 )
 from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
-from .measure import ForwardCounter, format_bands, machine, sync, tau_by_band
+from .measure import PROMPT_SETS, ForwardCounter, bench_prompts, format_bands, machine, sync, tau_by_band
 
 # the methods are importable from here too
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",
@@ -154,7 +154,10 @@ def parse_args(argv=None):
     p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
                    "trained on, from OUT/run.json)")
     p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS,
-                   help="validation prompts (default: %(default)s)")
+                   help="prompts (default: %(default)s)")
+    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
+                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
+                   "built-in corpus contains (default: %(default)s)")
     p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
                    help="tokens generated per prompt, 2 at least: one token makes no draft/verify step "
                    "(default: %(default)s)")
@@ -195,7 +198,8 @@ def main(argv=None, extra=None):
         sampling_path = os.path.join(args.out, SAMPLING_DRAFTER)
         sampler = (load_drafter(sampling_path, target, args.device)[0]
                    if os.path.exists(sampling_path) and not args.greedy_only else None)
-        prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
+        prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
+                                       args.data or run_corpus(args.out))
         t0 = time.perf_counter()
         extra = {} if args.greedy_only else extra
         methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler)
@@ -205,7 +209,7 @@ def main(argv=None, extra=None):
         sys.exit(1)
     wall, by_name, kind = time.perf_counter() - t0, {r["name"]: r for r in rows}, kind_of(drafter)
     where = machine(args.device)
-    print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} tokens, "
+    print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
     print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
@@ -278,7 +282,8 @@ def main(argv=None, extra=None):
             json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling,
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
                            draft_cost_curve=curve, policy_costs=policy, machine=where, out=args.out,
-                           n_prompts=len(prompts), prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
+                           n_prompts=len(prompts), prompts=args.prompts,
+                           prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
                            seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:

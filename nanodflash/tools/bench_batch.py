@@ -25,10 +25,9 @@ import torch
 from ..batch import SpecBatch, generate_batch, speculative_generate_batch
 from ..batch_policy import COST_TOKENS
 from ..checkpoint import load, run_corpus
-from ..data import val_prompts
 from ..speculative import speculative_generate
 from .cli import MAX_SEED, ints, threads
-from .measure import machine, median_time, sync
+from .measure import PROMPT_SETS, bench_prompts, machine, median_time, sync
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 COST_ROWS, CONTEXT, N_TIMED = (1, 4, 8, 16, 32), 64, 30
@@ -138,6 +137,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of "
                    "batch_policy.py (batch.py's auto)")
+    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
+                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
+                   "built-in corpus contains (default: %(default)s)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     try:
@@ -153,9 +155,10 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     tok, target, drafter = load(args.out, args.device)
-    prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data or run_corpus(args.out))
+    prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
+                                   args.data or run_corpus(args.out))
     print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, "
-          f"B={drafter.config.block_size}) | {len(prompts)} prompts x {PROMPT_LEN} tokens, "
+          f"B={drafter.config.block_size}) | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens, greedy | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     if not args.costs_only:

@@ -26,14 +26,13 @@ import time
 
 import torch
 
-from ..checkpoint import load
-from ..data import val_prompts
+from ..checkpoint import load, run_corpus
 from ..speculative import generate, speculative_generate
 from ..tree import TREE_TEMPERATURE, slot_candidates, tree_speculative_generate
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
-from .measure import machine
+from .measure import PROMPT_SETS, bench_prompts, machine
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -153,10 +152,13 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
                    "(default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the built-in "
-                   "corpus)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="validation prompts "
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
+                   "trained on, from OUT/run.json)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="prompts "
                    "(default: %(default)s)")
+    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
+                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
+                   "built-in corpus contains (default: %(default)s)")
     p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
                    help="tokens generated per prompt (default: %(default)s)")
     p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
@@ -183,13 +185,14 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
-        prompts = val_prompts(tok, args.n_prompts, PROMPT_LEN, args.seed, args.data)
+        prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
+                                       args.data or run_corpus(args.out))
         B = min(16, drafter.config.block_size)
         if args.sweep:
             t0 = time.perf_counter()
             taus = sweep(target, drafter, prompts, args.max_new_tokens, args.sizes, args.sweep, B,
                          args.branching)
-            print(f"nanodflash.tools.bench_tree --sweep: {args.out} | {len(prompts)} validation prompts x "
+            print(f"nanodflash.tools.bench_tree --sweep: {args.out} | {len(prompts)} {which} x "
                   f"{PROMPT_LEN} tokens, {args.max_new_tokens} new tokens each, greedy, all outputs = plain "
                   f"greedy | {time.perf_counter() - t0:.0f}s")
             print(format_sweep(taus, args.sizes, args.sweep, f"{kind_of(drafter)} B={B} single path"))
@@ -206,7 +209,7 @@ def main(argv=None):
         sys.exit(1)
     wall = time.perf_counter() - t0
     where = machine(args.device)
-    print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} validation prompts x {PROMPT_LEN} "
+    print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} {which} x {PROMPT_LEN} "
           f"tokens, {args.max_new_tokens} new tokens each, greedy, tree_temperature "
           f"{args.tree_temperature} | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
@@ -234,7 +237,7 @@ def main(argv=None):
                 "matches_plain")
         with open(args.json, "w") as f:
             json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
-                           prompts=len(prompts), max_new_tokens=args.max_new_tokens,
+                           prompts=len(prompts), prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,
                            rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles,
                            ceiling=ceiling), f, indent=1)
 

@@ -7,6 +7,7 @@ equality checks that tell a float32 rounding tie from a broken decoder, and τ b
     DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
     side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
     machine(device)              the machine a benchmark ran on, for its header line
+    bench_prompts(which, ...)    the prompt set of a benchmark (--prompts): held-out, or third-party text
     greedy_difference(target, prompt, ref, out)   None when ref == out, else where and how they differ
     tau_by_band(runs)            τ per position band: does the drafter keep up as a generation gets longer?
 
@@ -38,13 +39,25 @@ from dataclasses import dataclass
 
 import torch
 
+from ..data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from ..speculative import generate, speculative_generate
+
+PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
 
 TIE = 1e-4      # a logit gap (float64) below this is within the float32 rounding of the two paths' sums
 BANDS = ((0, 96), (96, 240), (240, 480))      # tokens 1-96, 97-240, 241-480
 
 
 # ----------------------------------------------------------------------------- timing and counting
+
+def bench_prompts(which, tok, n, length, seed, data):
+    """A benchmark's n prompts of `length` tokens and what to call them: "held_out", from the validation split
+    of `data` (the run's corpus), or "third_party", the opening tokens of the Python files of a package no
+    built-in corpus contains (nanodflash.data.third_party_prompts; `seed` and `data` unused)."""
+    if which == "third_party":
+        return third_party_prompts(tok, n, length), f"third-party prompts ({THIRD_PARTY_PACKAGE} source)"
+    return val_prompts(tok, n, length, seed, data), "validation prompts"
+
 
 def machine(device):
     """'x86_64 Linux, torch 2.13.0+cpu, cpu (1 of 2 CPU threads)': what a benchmark's numbers were measured
