@@ -18,6 +18,7 @@ is done (stop token or max_new_tokens) leaves the batch at the next step, so it 
 """
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -27,6 +28,7 @@ from .dflash2 import greedy_walk
 from .ragged_cache import RaggedKVCache, compact
 from .sampling import next_token
 from .speculative import NO_DRAFTS, SpecStats, check_request, draft_rule, finished, step_tokens, verify_block
+from .step_costs import CONTEXT, COST_TOKENS, N_CALLS, cached_costs, measured_costs, median_seconds
 from .verify import greedy_verify
 
 
@@ -144,7 +146,8 @@ class SpecBatch(PlainBatch):
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
                          generator, layer_ids=drafter.config.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
-        self.sizer = BatchBlockSize(B) if self.auto else block_sizes(block_size, B)
+        costs_at = partial(batch_costs, target, drafter)                  # rows -> measured costs
+        self.sizer = BatchBlockSize(B, costs_at) if self.auto else block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
         dtype = self.cache.k.dtype
@@ -280,3 +283,38 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_s
     Returns (one token list per prompt, BatchStats with per-row acceptance lengths and τ)."""
     return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p,
                      verifier, stop_token_ids, generator).run()
+
+
+def batch_costs(target, drafter, rows):
+    """[cost(n) for n in 0..B-1] of a step of `rows` rows on these models (step_costs.py): batch 1's table
+    for one row, else timed once per process (`time_batch_steps`)."""
+    if rows == 1:
+        return measured_costs(target, drafter)
+    return cached_costs(drafter, rows, lambda: time_batch_steps(target, drafter, rows))
+
+
+@torch.no_grad()
+def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
+    """{t: seconds of one batched step of `rows` rows with blocks of t tokens} at the COST_TOKENS sizes up to
+    the drafter's block size: draft t-1 tokens per row (none at t = 1), verify t per row, project them into
+    the drafter's context. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are
+    the ones the loop uses."""
+    B = drafter.config.block_size
+    n = min(CONTEXT, target.config.max_seq_len - 2 * B)
+    context = [i % target.config.vocab_size for i in range(n)]
+    batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
+    batch.prefill()
+    lens, dlens = list(batch.cache.lengths), list(batch.dcache.lengths)
+    seconds = {}
+    for t in [t for t in COST_TOKENS if t <= B]:
+        block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
+
+        def step():
+            batch.dcache.lengths = list(dlens)
+            if t > 1:
+                batch.draft(t, [t] * rows)
+            batch.cache.lengths = list(lens)
+            _, feats = batch.forward(block)
+            batch.extend_context(feats, [t] * rows)
+        seconds[t] = median_seconds(step, batch.device, n_calls)
+    return seconds

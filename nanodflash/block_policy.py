@@ -1,50 +1,50 @@
 """Adaptive block size: draft as many tokens as pay, judged by the acceptance seen so far (block_size="auto").
 
-Every block slot costs a little more drafter and target work per step (on the reference CPU about 2.5% of a
-1-draft step per slot: `SLOT_COST`), and when the target samples most of a 16-token block is rejected anyway.
-The rule estimates, for each draft slot k, the probability a_k that the verifier accepts it given that it
-accepted the slots before it. A step that drafts n tokens then emits on average
+Every block slot costs a little more drafter and target work per step, and when the target samples most of a
+16-token block is rejected anyway. The rule estimates, for each draft slot k, the probability a_k that the
+verifier accepts it given that it accepted the slots before it. A step that drafts n tokens then emits on
+average
 
-    E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs
-    cost(n) = STEP_COST * (1 + SLOT_COST * (n - 1))
+    E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs  cost(n)
 
-plain decoding steps (STEP_COST: a 1-draft step), and it drafts the n in 1..B-1 that maximises E(n) / cost(n),
-or nothing at all (a plain step, block size 1) when even that n does not pay: a step without drafts costs
-PLAIN_COST (the loop still captures features for the drafter), so drafting pays when
-E(n) / cost(n) > 1 / PLAIN_COST.
+steps without drafts (cost(0) = 1), cost(n) measured on the machine and models that decode (step_costs.py).
+It drafts the n in 1..B-1 that maximises E(n) / cost(n), or nothing at all (a plain step, block size 1) when
+even that n does not pay: E(n) / cost(n) <= E(0) / cost(0) = 1.
 
 a_k is counted per slot in this generation (accepted at slot k / steps whose verifier reached slot k), recent
 steps weighing more (DECAY), starting from a prior of 0.75. Per slot, because acceptance is not one coin per
 slot: a block whose first drafts were right is more likely right further on, so one pooled rate would
 undercount the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the
 rate of the slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the
-prior and drafting is retried now and then. For example, with the CPU's costs below and the same rate in
-every slot:
+prior and drafting is retried now and then. For example, with a 1-draft step costing 1.3 steps without
+drafts and each more slot 2.5% of that (`linear_costs`), and the same rate in every slot:
 
-    >>> [AdaptiveBlockSize(16, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]    # block = anchor + n drafts
+    >>> costs = linear_costs(16, step_cost=1.3, slot_cost=0.025)
+    >>> [AdaptiveBlockSize(16, costs, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]  # anchor + n drafts
     [3, 6, 9, 16]
 
 Lossless whatever it picks: the block size of a step depends only on what the run emitted before it, and every
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-# Costs on the CPU (1 thread) with the --full run's 24 x 128 target, from the block_policy line of
-# `python -m nanodflash.tools.bench --out out_full` (docs/log.md)
-SLOT_COST = 0.025   # one more block slot, as a fraction of a 1-draft step
-STEP_COST = 1.3     # a 1-draft DFlash step (drafter pass + a 2-token verify), in plain decoding steps
-PLAIN_COST = 1.0    # a step without drafts inside the loop, in plain decoding steps
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 SHRINK = 2.0        # a slot's rate is its counts plus the previous slot's rate worth this many slots
 
 
-def block_sizes(block_size, max_block_size):
+def linear_costs(max_block_size, step_cost, slot_cost):
+    """A simple cost model: cost(0) = 1, cost(n) = step_cost * (1 + slot_cost * (n - 1)) for n >= 1."""
+    return [1.0] + [step_cost * (1 + slot_cost * (n - 1)) for n in range(1, max_block_size)]
+
+
+def block_sizes(block_size, max_block_size, costs=None):
     """The block size of every step, as one object: `next()` before a step,
     `update(n_drafts, n_accepted)` after.
 
-    block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto"."""
+    block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto".
+    costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.measured_costs)."""
     if block_size == "auto":
-        return AdaptiveBlockSize(max_block_size)
+        return AdaptiveBlockSize(max_block_size, costs())
     B = max_block_size if block_size is None else block_size
     if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
         raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter "
@@ -68,12 +68,11 @@ class FixedBlockSize:
 class AdaptiveBlockSize:
     """Block sizes for one generation: `next()` before each step, `update(n_drafts, n_accepted)` after it."""
 
-    def __init__(self, max_block_size, slot_cost=None, step_cost=None, alpha=PRIOR_ALPHA):
+    def __init__(self, max_block_size, costs, alpha=PRIOR_ALPHA):
         if max_block_size < 2:
             raise ValueError(f"an adaptive block needs a drafter with block_size >= 2, got {max_block_size}")
         self.max_block_size, self.prior = max_block_size, alpha
-        self.slot_cost = SLOT_COST if slot_cost is None else slot_cost  # the module's, as set at call time
-        self.step_cost = STEP_COST if step_cost is None else step_cost
+        self.costs = costs                          # [cost(n) for n in 0..B-1], in steps without drafts
         slots = max_block_size - 1
         # decayed counts per draft slot 1..B-1: accepted there, and reached (the verifier looked at it)
         self.accepted = [alpha * PRIOR_WEIGHT] * slots
@@ -102,16 +101,12 @@ class AdaptiveBlockSize:
         """E(n): tokens emitted on average by a step with n drafts (bonus included)."""
         return self.expected_tokens_by_drafts()[n]
 
-    def cost(self, n):
-        """A step with n >= 1 drafts, in plain decoding steps."""
-        return self.step_cost * (1 + self.slot_cost * (n - 1))
-
     def next(self):
         """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts)
-        when that is at most 1 / PLAIN_COST, the tokens per cost of a step without drafts."""
-        best, best_rate = 0, 1 / PLAIN_COST
+        when that is at most E(0) / cost(0) = 1, the tokens per cost of a step without drafts."""
+        best, best_rate = 0, 1.0
         for n, tokens in enumerate(self.expected_tokens_by_drafts()[1:], start=1):
-            rate = tokens / self.cost(n)
+            rate = tokens / self.costs[n]
             if rate > best_rate:
                 best, best_rate = n, rate
         return best + 1

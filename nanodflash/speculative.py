@@ -20,6 +20,7 @@ import torch
 
 from .block_policy import block_sizes
 from .sampling import DraftRule, check_sampling_args, next_token, probs_from_logits
+from .step_costs import measured_costs
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
@@ -161,7 +162,8 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     # the block size: fixed, or "auto" (block_policy.py)
-    sizer = block_sizes(block_size, drafter.config.block_size)
+    sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
+                        costs=lambda: measured_costs(target, drafter))
     choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)

@@ -13,7 +13,8 @@ import torch
 
 from helpers import greedy_continuation, soft_pair, tiny_drafter
 from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
-from nanodflash.batch_policy import BatchBlockSize, step_cost
+from nanodflash.batch_policy import COST_ROWS, BatchBlockSize
+from nanodflash.block_policy import linear_costs
 from nanodflash.sampling import DraftRule, sample
 from nanodflash.speculative import generate
 from test_dflash2 import tiny_dflash2
@@ -262,7 +263,9 @@ def test_a_deliberately_wrong_verifier_fails_the_same_batched_test(small):
 # ----------------------------------------------------------------------- the batch block size, bad input
 
 def test_auto_block_size_drafts_less_as_the_batch_grows_and_not_at_all_when_drafts_fail():
-    sizer = BatchBlockSize(16)
+    # costs whose slots grow dearer with the rows, as measured ones do
+    tables = {R: linear_costs(16, step_cost=1.3, slot_cost=0.025 * R) for R in COST_ROWS}
+    sizer = BatchBlockSize(16, tables.get)
     sizer.accepted, sizer.reached = [0.9 * 100] * 15, [100.0] * 15  # a drafter right 90% of the time
     by_rows = [sizer.next_for(r) for r in (1, 4, 16, 32)]
     assert by_rows == sorted(by_rows, reverse=True) and by_rows[0] > by_rows[-1], \
@@ -270,8 +273,7 @@ def test_auto_block_size_drafts_less_as_the_batch_grows_and_not_at_all_when_draf
     sizer.accepted = [0.05 * 100] * 15
     assert [sizer.next_for(r) for r in (1, 32)] == [1, 1], \
         "drafts that are never accepted should not be drafted"
-    assert step_cost(4, 16) > step_cost(4, 1) and step_cost(32, 4) > step_cost(8, 4), \
-        "costs grow with rows and tokens"
+    assert sizer.by_rows[4] == pytest.approx(linear_costs(16, 1.3, 0.1)), "a measured row count's own table"
 
 
 def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):

@@ -10,6 +10,7 @@ import torch
 
 import nanodflash
 from helpers import tiny_drafter, tiny_target
+from nanodflash.data import val_prompts
 from nanodflash.drafter import Drafter
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import bench, bench_batch, bench_methods, bench_sections, bench_tree
@@ -21,7 +22,7 @@ N_PROMPTS, NEW_TOKENS = 2, 20
 @pytest.fixture(scope="module")
 def setup(smoke_out):
     tok, target, drafter = nanodflash.load(str(smoke_out))
-    prompts = bench.val_prompts(tok, N_PROMPTS, bench.PROMPT_LEN, seed=0)
+    prompts = val_prompts(tok, N_PROMPTS, bench.PROMPT_LEN, seed=0)
     rows = bench.run_benchmark(target, drafter, prompts, max_new_tokens=NEW_TOKENS, seed=0)
     return target, drafter, prompts, {r["name"]: r for r in rows}
 
@@ -156,7 +157,7 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
                    f"per-slot acceptance of '{kind} T=0.7 p=0.95 rejection'", "  sum min(p, q) ",
                    f"{kind}-sampling T=1 rejection B=", f"{kind}-sampling T=0.7 p=0.95 rejection B=auto",
                    f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'",
-                   "block_policy (B=auto) costs measured here"):
+                   "block_policy (B=auto) costs, in-loop"):
         assert needed in out, f"output lacks {needed!r}:\n{out}"
     data = json.loads(path.read_text())
     assert [r["name"] for r in data["rows"]][0] == "plain greedy" and data["step_costs"]["draft_s"] > 0, \

@@ -13,8 +13,9 @@ import torch
 
 import nanodflash.block_policy as block_policy
 from helpers import OracleDrafter, soft_pair, tiny_drafter
-from nanodflash.block_policy import AdaptiveBlockSize
+from nanodflash.block_policy import AdaptiveBlockSize, linear_costs
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.step_costs import fix_costs
 from test_sampling_exact import (
     ALPHA,
     N_OTHER_PATHS,
@@ -25,31 +26,35 @@ from test_sampling_exact import (
 )
 from test_speculative import PROMPTS, random_prefix
 
+COSTS = linear_costs(16, step_cost=1.3, slot_cost=0.025)     # a 1-draft step: 1.3 steps; each more slot: 2.5%
+
 
 @pytest.mark.parametrize("alpha,n", [(0.3, 1), (0.6, 4), (0.9, 9)])
 def test_expected_tokens_per_step_matches_a_simulation_of_the_acceptance_model(alpha, n):
     g = torch.Generator().manual_seed(0)
     accepted = (torch.rand(200_000, n, generator=g) < alpha).long().cumprod(1).sum(1)   # drafts kept per step
     simulated = float((accepted + 1).double().mean())                                   # + the bonus
-    model = AdaptiveBlockSize(16, alpha=alpha).expected_tokens(n)
+    model = AdaptiveBlockSize(16, COSTS, alpha=alpha).expected_tokens(n)
     assert abs(simulated - model) < 0.02, \
         f"alpha={alpha}, n={n}: E(n) {model:.3f} but a simulation gives {simulated:.3f}"
 
 
 def test_blocks_grow_with_acceptance_and_shrink_as_slots_cost_more():
-    by_alpha = [AdaptiveBlockSize(16, alpha=a).next() for a in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
+    by_alpha = [AdaptiveBlockSize(16, COSTS, alpha=a).next() for a in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
     assert by_alpha == sorted(by_alpha) and by_alpha[0] < by_alpha[-1] == 16, \
         f"block sizes by alpha: {by_alpha}"
-    by_cost = [AdaptiveBlockSize(16, slot_cost=c, alpha=0.7).next() for c in (0.0, 0.01, 0.03, 0.1, 1.0)]
+    by_cost = [AdaptiveBlockSize(16, linear_costs(16, 1.3, c), alpha=0.7).next()
+               for c in (0.0, 0.01, 0.03, 0.1, 1.0)]
     assert by_cost == sorted(by_cost, reverse=True) and by_cost[0] == 16 and by_cost[-1] == 2, \
         f"by slot cost: {by_cost}"
-    by_step = [AdaptiveBlockSize(16, step_cost=c, alpha=0.4).next() for c in (1.0, 1.3, 1.6, 3.0)]
+    by_step = [AdaptiveBlockSize(16, linear_costs(16, c, 0.025), alpha=0.4).next()
+               for c in (1.0, 1.3, 1.6, 3.0)]
     assert by_step[0] > 1 and by_step[-1] == 1, \
         f"drafting must stop when a step costs more than it emits: {by_step}"
 
 
 def test_the_estimate_counts_the_slots_the_verifier_reached():
-    sizer = AdaptiveBlockSize(16)
+    sizer = AdaptiveBlockSize(16, COSTS)
     prior_acc, prior_reached = 0.9 * 0.75 * 4, 0.9 * 4             # the prior's counts after one decay
     # d1, d2 accepted, d3 rejected: 3 slots reached, d4, d5 unseen
     sizer.update(n_drafts=5, n_accepted=2)
@@ -81,11 +86,11 @@ def test_per_slot_rates_predict_tokens_per_step_when_acceptance_runs_in_streaks(
     easy = torch.rand(4000, 1, generator=g) < 0.5
     right = torch.rand(4000, 15, generator=g) < torch.where(easy, 0.97, 0.3)
     accepted = right.long().cumprod(1).sum(1)                       # drafts kept per step with 15 drafts
-    sizer = AdaptiveBlockSize(16)
+    sizer = AdaptiveBlockSize(16, COSTS)
     for a in accepted.tolist():
         sizer.update(n_drafts=15, n_accepted=a)
     reached = sum(min(a + 1, 15) for a in accepted.tolist())
-    pooled = AdaptiveBlockSize(16, alpha=float(accepted.sum()) / reached)   # one rate over every reached slot
+    pooled = AdaptiveBlockSize(16, COSTS, alpha=float(accepted.sum()) / reached)   # one rate, every slot
     for n in (2, 8, 15):
         simulated = float((accepted.clamp(max=n) + 1).double().mean())
         assert abs(sizer.expected_tokens(n) - simulated) < 0.05 * simulated, \
@@ -99,6 +104,7 @@ def test_per_slot_rates_predict_tokens_per_step_when_acceptance_runs_in_streaks(
 def test_greedy_speculative_with_auto_block_size_equals_greedy_decoding(target, kind):
     drafter = (tiny_drafter(target, block_size=16) if kind == "untrained"
                else OracleDrafter(target, 16, n_right=random_prefix))
+    fix_costs(drafter, COSTS)                    # the example costs: the test double cannot be timed
     sizes = set()
     for prompt in PROMPTS:
         out, stats = speculative_generate(target, drafter, prompt, 40, block_size="auto")
@@ -122,9 +128,7 @@ def test_sampled_output_with_auto_block_size_has_exactly_the_targets_distributio
     # B = 4, 4 new tokens: a weak prior and dear steps make the sizes jump around
     target, drafter = models
     monkeypatch.setattr(block_policy, "PRIOR_WEIGHT", 0.5)
-    monkeypatch.setattr(block_policy, "PLAIN_COST", 1.0)
-    monkeypatch.setattr(block_policy, "SLOT_COST", 0.1)
-    monkeypatch.setattr(block_policy, "STEP_COST", 1.3)
+    fix_costs(drafter, linear_costs(4, step_cost=1.3, slot_cost=0.1))
     exact, sizes = exact_distribution(target, 1.0, None, 0.9), set()
     counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes,
                                    n=N_OTHER_PATHS)

@@ -16,7 +16,7 @@ import train_tiny
 from helpers import ROOT
 from helpers import run_command as run  # `python ARGS...` (a script, or -m module), from cwd
 from nanodflash import checkpoint
-from nanodflash.tools import bench, hf
+from nanodflash.tools import bench, hf, measure
 
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]
 
@@ -129,7 +129,7 @@ def test_the_benchmark_takes_its_prompts_from_the_corpus_the_run_was_trained_on(
     def stop(tok, n, length, seed, data=None):
         asked.append(data)
         raise ValueError("stop here")
-    monkeypatch.setattr(bench, "val_prompts", stop)
+    monkeypatch.setattr(measure, "val_prompts", stop)          # bench_prompts looks it up there
     with pytest.raises(SystemExit):
         bench.main(["--out", str(cwd / "out_smoke")])
     assert asked == [str(corpus)], f"the benchmark's prompts should come from {corpus}, it asked for {asked}"

@@ -46,6 +46,7 @@ import time
 import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
+from ..step_costs import measured_costs
 from . import bench_sections as sections
 from .baselines import load_present
 from .bench_methods import (
@@ -227,7 +228,7 @@ def main(argv=None, extra=None):
     if main_row is not None:
         print(sections.format_ceiling(main_row, by_name["plain greedy"]))
         if policy:
-            print(sections.format_policy_costs(policy))
+            print(sections.format_policy_costs(policy, measured_costs(target, drafter)))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 

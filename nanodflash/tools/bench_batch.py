@@ -2,7 +2,7 @@
 run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
-    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # measure batch_policy.py's cost tables
+    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs of B=auto
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
 into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up.
@@ -10,10 +10,8 @@ Methods: plain batched decoding (generate_batch), batched DFlash (speculative_ge
 and auto, all greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
 bar. Reported: total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to
 plain at the same R, τ, the batch size at which each block size stops paying (its first R with tokens/s below
-plain's), and whether every greedy output equals plain's. Then the cost tables batch_policy.py's
-block_size="auto" uses, measured here: one target forward of R rows x t tokens, and one drafter pass (draft +
-projecting the verified context), each relative to a (1 row, 1 token) target forward, at context CONTEXT,
-median of N_TIMED calls.
+plain's), and whether every greedy output equals plain's. Then the step costs block_size="auto" weighed
+drafts by in this process (step_costs.py, measured on these models at batch_policy.COST_ROWS row counts).
 """
 
 import argparse
@@ -22,15 +20,14 @@ import time
 
 import torch
 
-from ..batch import SpecBatch, generate_batch, speculative_generate_batch
-from ..batch_policy import COST_TOKENS
+from ..batch import batch_costs, generate_batch, speculative_generate_batch
+from ..batch_policy import COST_ROWS
 from ..checkpoint import load, run_corpus
 from ..speculative import speculative_generate
 from .cli import MAX_SEED, ints, threads
-from .measure import PROMPT_SETS, bench_prompts, machine, median_time, sync
+from .measure import PROMPT_SETS, bench_prompts, machine, sync
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
-COST_ROWS, CONTEXT, N_TIMED = (1, 4, 8, 16, 32), 64, 30
 
 
 def methods(drafter):
@@ -79,44 +76,19 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
     return acc
 
 
-@torch.no_grad()
-def cost_tables(target, drafter, prompt, rows=COST_ROWS, tokens=COST_TOKENS, n=N_TIMED):
-    """(target, drafter) tables {R: [cost at t for t in tokens]}: one ragged forward of R rows x t tokens, and
-    one drafter pass of R rows x t slots plus projecting t verified positions per row, at context CONTEXT, in
-    units of a (1 row, 1 token) target forward (rows and tokens start at 1). Rows get different contexts'
-    lengths (CONTEXT - r % 3) so the ragged write and mask are the ones the loop uses."""
-    device = next(target.parameters()).device
-    context = (prompt * (CONTEXT // len(prompt) + 1))[:CONTEXT]
-    times_t, times_d = {}, {}
-    for R in rows:
-        batch = SpecBatch(target, drafter, [context[: CONTEXT - r % 3] for r in range(R)], 2 * max(tokens))
-        batch.prefill()
-        lens, dlens = list(batch.cache.lengths), list(batch.dcache.lengths)
-        for t in tokens:
-            block = torch.tensor([context[:t]] * R, device=device)                 # (R, t): any t tokens
-            _, feats = batch.forward(block)
-
-            def verify():
-                batch.cache.lengths = list(lens)
-                batch.forward(block)
-
-            def draft():
-                batch.dcache.lengths = list(dlens)
-                if t > 1:
-                    batch.draft(t, [t] * R)
-                batch.extend_context(feats, [t] * R)
-            times_t[R, t] = median_time(verify, device, n)
-            times_d[R, t] = median_time(draft, device, n)
-    unit = times_t[1, 1]
-    return ({R: [times_t[R, t] / unit for t in tokens] for R in rows},
-            {R: [times_d[R, t] / unit for t in tokens] for R in rows}, unit)
+def cost_tables(target, drafter):
+    """{rows: [cost(n) for n in 0..B-1]}: the step costs block_size="auto" weighs drafts by on these models,
+    at every row count it measures (batch_policy.COST_ROWS; step_costs.py)."""
+    return {R: batch_costs(target, drafter, R) for R in COST_ROWS}
 
 
-def format_costs(table, name):
-    lines = [f"{name} (rows x tokens, in (1 row, 1 token) target forwards):",
-             "  rows " + "".join(f"  t={t:<4}" for t in COST_TOKENS)]
-    for R, costs in table.items():
-        lines.append(f"  {R:>4} " + "".join(f"  {c:6.2f}" for c in costs))
+def format_costs(tables):
+    B = len(next(iter(tables.values())))
+    shown = [n for n in (0, 1, 3, 7, 15, 31) if n < B]
+    lines = ["step costs of block_size=\"auto\" (cost(n): a step with n drafts per row, in steps without "
+             "drafts of the same rows):", "  rows " + "".join(f"  n={n:<4}" for n in shown)]
+    for R, costs in tables.items():
+        lines.append(f"  {R:>4} " + "".join(f"  {costs[n]:6.2f}" for n in shown))
     return "\n".join(lines)
 
 
@@ -203,11 +175,9 @@ def main(argv=None):
         bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items() if not a["matches_plain"]]
         print("greedy outputs identical to plain batched decoding everywhere: "
               f"{'NO: ' + str(bad) if bad else 'yes'}")
-    target_cost, draft_cost, unit = cost_tables(target, drafter, prompts[0])
-    print(f"\ncost tables (context {CONTEXT}, median of {N_TIMED} calls; unit = {1e3 * unit:.3f} ms):")
-    print(format_costs(target_cost, "TARGET_COST: one target forward"))
-    print(format_costs(draft_cost, "DRAFT_COST: one drafter pass + projecting the new context"))
-    result.update(target_cost=target_cost, draft_cost=draft_cost, unit_s=unit)
+    tables = cost_tables(target, drafter)
+    print("\n" + format_costs(tables))
+    result.update(step_costs=tables)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

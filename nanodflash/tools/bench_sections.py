@@ -20,7 +20,6 @@ step costs, and where τ is lost (how much a better selector could gain, and per
 
 import torch
 
-from ..block_policy import SLOT_COST, STEP_COST
 from ..sampling import DraftRule
 from ..speculative import generate, speculative_generate
 from ..verify import rejection_verify
@@ -67,9 +66,9 @@ def format_ceiling(row, plain):
 
 
 def policy_costs(by_name, kind, B):
-    """block_policy's two constants as this run measured them in the loop: per-step time (draft + verify) of
-    the greedy rows at B=4 and B, against plain greedy's time per token. None when a row is missing (or
-    B <= 4)."""
+    """The costs block_policy weighs drafts by, as this run measured them in the loop: per-step time
+    (draft + verify) of the greedy rows at B=4 and B, against plain greedy's time per token. None when a
+    row is missing (or B <= 4)."""
     small, big = (by_name.get(f"{kind} greedy B={b}") for b in (4, B))
     plain = by_name.get("plain greedy")
     if B <= 4 or not (small and big and plain):
@@ -80,10 +79,13 @@ def policy_costs(by_name, kind, B):
     return dict(step_cost=one_draft * plain["tokens_per_s"], slot_cost=slot / one_draft)
 
 
-def format_policy_costs(costs):
-    return (f"block_policy (B=auto) costs measured here, in-loop from the greedy rows: a 1-draft step = "
-            f"{costs['step_cost']:.2f} plain steps (STEP_COST {STEP_COST}), one more block slot = "
-            f"{costs['slot_cost']:.3f} of it (SLOT_COST {SLOT_COST})")
+def format_policy_costs(costs, table):
+    """The in-loop costs next to the calibration block_size="auto" used (step_costs.py: `table`, cost(n) in
+    steps without drafts)."""
+    slot = (table[-1] - table[1]) / (len(table) - 2) / table[1]
+    return (f"block_policy (B=auto) costs, in-loop from the greedy rows: a 1-draft step = "
+            f"{costs['step_cost']:.2f} plain steps (calibrated: {table[1]:.2f} steps without drafts), one "
+            f"more block slot = {costs['slot_cost']:.3f} of it (calibrated: {slot:.3f})")
 
 
 # ----------------------------------------------------------------------------- step costs
