@@ -190,12 +190,11 @@ class SpecBatch(PlainBatch):
         sees_context = torch.arange(L, device=dev) < lens[:, None]                   # (R, L)
         sees_slots = torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]   # (R, T)
         mask = torch.cat([sees_context, sees_slots], 1)[:, None, None]               # (R, 1, 1, L+T)
-        context = [(k[:, :, :L], v[:, :, :L]) for k, v in zip(self.dcache.k, self.dcache.v)]
-        return d.block_pass(x, cos, sin, context, mask)[:, 1:]                       # slot 0: the anchor
+        return d.block_pass(x, cos, sin, self.dcache.prefix(L), mask)[:, 1:]         # slot 0: the anchor
 
-    def draft(self, T, sizes):
-        """One drafter pass for every row; returns per row its sizes[r]-1 drafts and q (or None)."""
-        anchors = self.anchors()                                                     # (R,)
+    def draft(self, anchors, T, sizes):
+        """One drafter pass for every row from its anchor (R,); returns per row its sizes[r]-1 drafts and q
+        (or None)."""
         hidden = self.draft_hidden(anchors, T, sizes)                                # (R, T-1, D)
         logits = self.drafter.target.lm_head(hidden)                                 # (R, T-1, V)
         selector = getattr(self.drafter, "candidate_selector", None)
@@ -242,9 +241,10 @@ class SpecBatch(PlainBatch):
         with st.timer("draft_time"):
             if T > 1:
                 self.flush_context()                   # the context the plain steps before this one queued
-            drafts, qs = self.draft(T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
+            anchors = self.anchors()                                                 # (R,)
+            drafts, qs = self.draft(anchors, T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
         block = torch.zeros(R, T, dtype=torch.long)                # (R, T): anchor, drafts, padding
-        block[:, 0] = self.anchors()
+        block[:, 0] = anchors
         for r, dr in enumerate(drafts):
             block[r, 1 : 1 + dr.numel()] = dr
         with st.timer("verify_time"):
@@ -312,7 +312,7 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
         def step():
             batch.dcache.lengths = list(dlens)
             if t > 1:
-                batch.draft(t, [t] * rows)
+                batch.draft(batch.anchors(), t, [t] * rows)
             batch.cache.lengths = list(lens)
             _, feats = batch.forward(block)
             batch.extend_context(feats, [t] * rows)

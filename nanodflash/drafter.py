@@ -233,7 +233,7 @@ class Drafter(nn.Module):
         n = cache.length
         x = self.target.embed_tokens(block)                                       # (1, b, D)
         cos, sin = self.rope_at(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
-        return self.block_pass(x, cos, sin, [(k[:, :, :n], v[:, :, :n]) for k, v in zip(cache.k, cache.v)])
+        return self.block_pass(x, cos, sin, cache.prefix(n))
 
     def block_logits(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""

@@ -65,6 +65,10 @@ class KVCache:
         self.v[layer, :, :, start:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
+    def prefix(self, n):
+        """Every layer's keys/values of positions 0..n-1, as views: [(k, v)], each (batch, Hkv, n, hd)."""
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
+
 
 class Block(nn.Module):
     def __init__(self, c):

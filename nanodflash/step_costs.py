@@ -32,16 +32,23 @@ N_CALLS = 5                       # timed calls per block size (the median count
 _TABLES = weakref.WeakKeyDictionary()      # drafter -> {(rows, device, threads): [cost(n) for n in 0..B-1]}
 
 
+def sync(device):
+    """Block until the device has run everything queued (CUDA kernels are asynchronous), so a timer sees
+    it finish; nothing to wait for on the CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def median_seconds(fn, device, n=N_CALLS):
-    """Median wall-clock seconds of n calls of fn(), after one warm-up call (GPU work waited for)."""
-    wait = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    """Median wall-clock seconds of n calls of fn(), after one untimed warm-up call (allocation, kernel
+    setup)."""
     fn()
     times = []
     for _ in range(n):
-        wait()
+        sync(device)
         t0 = time.perf_counter()
         fn()
-        wait()
+        sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

@@ -107,7 +107,7 @@ def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target
     for _ in range(3):
         batch.step()
     sizes = [16, 3, 1, 16, 7, 2, 16, 9]  # rows using fewer slots than the block's 16
-    drafts, _ = batch.draft(16, sizes)
+    drafts, _ = batch.draft(batch.anchors(), 16, sizes)
     for i, r in enumerate(batch.rows):
         context = batch.prompts[r] + batch.outs[r][:-1]
         cache = drafter.new_cache(128)

@@ -62,7 +62,7 @@ def assert_same_as_uninterrupted(out, ref, files=("target.pt", "drafter.pt")):
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sighup"])
-def test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights(  # noqa: E501 -- a test's name cannot wrap
+def test_a_signal_in_the_target_stage_saves_it_and_the_rerun_ends_with_the_same_weights(
         smoke_out, tmp_path, monkeypatch, capsys, how):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])
     interrupt(monkeypatch, "target", 12, how)
@@ -79,7 +79,7 @@ def test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_res
     assert_same_as_uninterrupted(out, smoke_out)
 
 
-def test_a_drafter_stage_killed_without_warning_resumes_from_its_last_periodic_save_with_the_same_final_weights(  # noqa: E501 -- a test's name cannot wrap
+def test_a_killed_drafter_stage_resumes_from_its_last_periodic_save_with_the_same_weights(
         smoke_out, tmp_path, monkeypatch, capsys):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])
     monkeypatch.setattr(resume, "RESUME_EVERY_S", 0.0)            # a periodic save after every step
@@ -151,7 +151,7 @@ def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_
 def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_with_the_resume_hint(
         smoke_out, tmp_path):
     """`kill PID` on a real run. Ctrl-C and SIGHUP go to the same handler:
-    test_ctrl_c_sigterm_or_sighup_in_the_target_stage_saves_it_and_the_rerun_resumes_with_the_same_final_weights
+    test_a_signal_in_the_target_stage_saves_it_and_the_rerun_ends_with_the_same_weights
     sends each of the three to its own process; one subprocess per signal here would add an interpreter and
     torch's import."""
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe"])

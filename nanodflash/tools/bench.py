@@ -46,7 +46,7 @@ import time
 import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
-from ..step_costs import measured_costs
+from ..step_costs import measured_costs, sync
 from . import bench_sections as sections
 from .baselines import load_present
 from .bench_methods import (
@@ -61,7 +61,7 @@ from .bench_methods import (
     sampling_drafters,
 )
 from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
-from .measure import PROMPT_SETS, ForwardCounter, bench_prompts, format_bands, machine, sync, tau_by_band
+from .measure import PROMPT_SETS, ForwardCounter, bench_prompts, format_bands, machine, tau_by_band
 
 # the methods are importable from here too
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",

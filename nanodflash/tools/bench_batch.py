@@ -24,8 +24,9 @@ from ..batch import batch_costs, generate_batch, speculative_generate_batch
 from ..batch_policy import COST_ROWS
 from ..checkpoint import load, run_corpus
 from ..speculative import speculative_generate
+from ..step_costs import sync
 from .cli import MAX_SEED, ints, threads
-from .measure import PROMPT_SETS, bench_prompts, machine, sync
+from .measure import PROMPT_SETS, bench_prompts, machine
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 

@@ -22,8 +22,9 @@ import torch
 
 from ..sampling import DraftRule
 from ..speculative import generate, speculative_generate
+from ..step_costs import median_seconds
 from ..verify import rejection_verify
-from .measure import DraftForwardCounter, median_time
+from .measure import DraftForwardCounter
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
 
@@ -116,13 +117,13 @@ def step_costs(target, drafter, prompt, context_len, block_size=16, n=50):
     def plain():
         target(block[:, :1], cache)
         cache.crop(L)
-    return dict(block_size=B, context_len=L, draft_s=median_time(draft, device, n),
-                verify_s=median_time(verify, device, n), plain_step_s=median_time(plain, device, n))
+    return dict(block_size=B, context_len=L, draft_s=median_seconds(draft, device, n),
+                verify_s=median_seconds(verify, device, n), plain_step_s=median_seconds(plain, device, n))
 
 
 def time_draft(drafter, cache, anchor, n_draft, device, n=50):
     """Median seconds of one greedy draft step of n_draft tokens from `cache`."""
-    return median_time(lambda: drafter.draft(cache, anchor, n_draft, GREEDY), device, n)
+    return median_seconds(lambda: drafter.draft(cache, anchor, n_draft, GREEDY), device, n)
 
 
 @torch.no_grad()

@@ -1,8 +1,6 @@
 """What the benchmarks, the training summary and sample.py measure with: timers, forward counters, greedy
 equality checks that tell a float32 rounding tie from a broken decoder, and τ by position band.
 
-    sync(device)                 wait for queued GPU work (no-op on the CPU), so a timer sees it finish
-    median_time(fn, device, n)   median seconds of n calls of fn() after one warm-up call
     ForwardCounter(module)       counts module's forward calls with a hook (a context manager)
     DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
     side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
@@ -33,7 +31,6 @@ steps, pooled over prompts, as `train_drafter.measure_tau` pools.
 import copy
 import os
 import platform
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -65,25 +62,6 @@ def machine(device):
     where = (f"{torch.get_num_threads()} of {os.cpu_count()} CPU threads" if str(device) == "cpu"
              else torch.cuda.get_device_name())
     return f"{platform.machine()} {platform.system()}, torch {torch.__version__}, {device} ({where})"
-
-
-def sync(device):
-    """Block until the device has run everything queued (CUDA kernels are asynchronous)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_time(fn, device, n=50):
-    """Median wall-clock seconds of n calls of fn(), after one untimed warm-up call."""
-    fn()                                                    # warm-up: allocation, kernel setup
-    times = []
-    for _ in range(n):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 class ForwardCounter:
