@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
 from .drafter import Drafter, DrafterConfig, DrafterLayer, block_labels, weighted_cross_entropy
-from .sampling import inverse_cdf
+from .sampling import draft_temperature, inverse_cdf
 
 
 @dataclass
@@ -137,16 +137,32 @@ class CandidateSelector(nn.Module):
         prev = self.predecessor_codebook(prev_ids)                                   # (..., n, K, r): A[prev]
         return cand, unary.unsqueeze(-2) + prev @ succ.transpose(-1, -2)             # (..., n, K, K)
 
+    def slot_distribution(self, t, prev, cand, table, hidden, logits, temperature):
+        """q_t, the sampling drafter's distribution at slot t+1 after the token `prev` drafted before it
+        (t = 0: after the anchor, `prev` unused): the selector's scores on the slot's K candidates, the
+        drafter's logits on every other token, softmax at `temperature` -> (V,) float64. cand (n, K), table
+        (n, K, K) on the CPU, from `transition_table`; hidden (n, D), logits (n, V) of the slots.
+
+        At high temperature much of the target's mass lies outside the top K, and a q that covers it accepts
+        more (docs/sampling.md). After a non-candidate predecessor the slot's candidates are scored after it
+        all the same (`scores`)."""
+        hit = (cand[t - 1] == prev).nonzero() if t > 0 else torch.zeros(1, 1, dtype=torch.long)
+        if hit.numel():
+            scores = table[t, int(hit[0, 0])]                              # (K,) a row of the table
+        else:
+            scores = self.scores(hidden[t], logits[t], torch.tensor(prev, device=hidden.device))[1]
+        full = logits[t].detach().to("cpu", torch.float64, copy=True)     # (V,)
+        full[cand[t]] = scores.detach().to("cpu", torch.float64)
+        return torch.softmax(full / temperature, dim=-1)
+
     def walk(self, cand, table, rule, hidden, logits):
         """Choose one candidate per slot, left to right. rule: a sampling.DraftRule (or any callable: greedy).
         cand, table: from `transition_table`; hidden (n, D), logits (n, V): the slots' (for sampling).
 
         Greedy (T = 0, or drafts that are not sampled): the argmax after the chosen predecessor, q = None.
-        Sampling (the rejection verifier): q_t covers the whole vocabulary, the selector's scores after the
-        drawn predecessor on the K candidates and the drafter's logits on every other token, softmax at T
-        (at high temperature much of the target's mass lies outside the top K, and a q that covers it accepts
-        more; docs/sampling.md). The draft d_t ~ q_t may then be a non-candidate; the next slot scores its
-        candidates after d_t all the same (`scores`). Returns (tokens (n,), q (n, V) or None).
+        Sampling (the rejection verifier): d_t ~ q_t = `slot_distribution` after the token drawn before it
+        (which may be a non-candidate), at sampling.draft_temperature.
+        Returns (tokens (n,), q (n, V) or None).
         """
         temperature = getattr(rule, "temperature", 0.0)
         if temperature == 0 or not getattr(rule, "sample_drafts", False):
@@ -154,19 +170,13 @@ class CandidateSelector(nn.Module):
         cand, table = cand.cpu(), table.detach().cpu()
         n = cand.size(0)
         u = torch.rand(n, generator=rule.generator, dtype=torch.float64)   # one uniform per slot
-        full = logits.detach().to("cpu", torch.float64, copy=True)         # (n, V), filled in slot by slot
-        tokens, i = [], 0                                                  # i: the predecessor's candidate
-        for t in range(n):                                                 # index (the anchor: row 0)
-            if i >= 0:
-                scores = table[t, i]
-            else:                                                          # after a non-candidate
-                scores = self.scores(hidden[t], logits[t], torch.tensor(tokens[-1], device=hidden.device))[1]
-            full[t, cand[t]] = scores.detach().to("cpu", torch.float64)
-            full[t] = torch.softmax(full[t] / temperature, dim=-1)         # (V,): q_t, in place of the logits
-            tokens.append(int(inverse_cdf(full[t], u[t:t + 1])))
-            hit = (cand[t] == tokens[-1]).nonzero()
-            i = int(hit[0, 0]) if hit.numel() else -1
-        return torch.tensor(tokens), full
+        q = torch.empty(n, logits.size(-1), dtype=torch.float64)
+        tokens = []
+        for t in range(n):
+            q[t] = self.slot_distribution(t, tokens[-1] if t else None, cand, table, hidden, logits,
+                                          draft_temperature(temperature))
+            tokens.append(int(inverse_cdf(q[t], u[t:t + 1])))
+        return torch.tensor(tokens), q
 
 
 class DFlash2Layer(DrafterLayer):

@@ -1,9 +1,10 @@
 """Turning logits into a distribution: temperature, top-k, top-p (in that order), and drawing from it.
 
 The target's p is the transformed distribution (what plain sampling draws from). A drafter's q, for the
-rejection verifier, is its own softmax at the same temperature, untruncated (DraftRule): the verifier makes
-the output exact for ANY q that the drafts are really drawn from, and truncating q did not bring it closer to
-p (per-slot sum min(p, q), docs/log.md).
+rejection verifier, is its own softmax at a slightly higher temperature (`draft_temperature`), untruncated
+(DraftRule): the verifier makes the output exact for ANY q that the drafts are really drawn from, so q is
+free to be whatever accepts most. The drafters are sharper than the target, and a flatter q accepts more;
+truncating q did not bring it closer to p (per-slot sum min(p, q), docs/log.md).
 temperature == 0 means greedy: the distribution is one-hot on the argmax.
 """
 
@@ -108,14 +109,23 @@ def inverse_cdf(probs, u):
     return idx.view(probs.shape[:-1])                                        # (N, 1) -> (...,)
 
 
+# a drafter's q is its softmax at this multiple of the sampling temperature (docs/sampling.md)
+Q_FLATTEN = 1.2
+
+
+def draft_temperature(temperature):
+    """The temperature of a drafter's q when decoding samples at `temperature`: Q_FLATTEN times it."""
+    return temperature * Q_FLATTEN
+
+
 @dataclass
 class DraftRule:
     """How a drafter turns its scores into draft tokens, and the distribution q they were drawn from.
 
     Greedy (temperature 0): the argmax, and no q (the greedy verifier never looks at q, so none is built
-    on that hot path). Sampling: q = softmax(logits / temperature), no top-k / top-p (those shape the
-    target's p only); the drafts are samples of q when `sample_drafts` (the rejection verifier), else q's
-    argmax (match).
+    on that hot path). Sampling: q = softmax(logits / draft_temperature(temperature)), no top-k / top-p
+    (those shape the target's p only); the drafts are samples of q when `sample_drafts` (the rejection
+    verifier), else q's argmax (match).
 
     >>> tokens, q = DraftRule(0.0)(torch.tensor([[0.0, 3.0, 1.0]]))
     >>> tokens, q
@@ -130,5 +140,5 @@ class DraftRule:
         logits = logits.detach().cpu()                                       # one copy off the device
         if self.temperature == 0:
             return logits.argmax(-1), None
-        q = probs_from_logits(logits, self.temperature)                      # (n, V)
+        q = probs_from_logits(logits, draft_temperature(self.temperature))  # (n, V)
         return (sample(q, self.generator) if self.sample_drafts else logits.argmax(-1)), q

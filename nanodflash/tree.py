@@ -174,12 +174,14 @@ def keep_path(cache, start, path):
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, temperature=0.0,
                               top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None,
-                              tree_temperature=TREE_TEMPERATURE):
+                              tree_temperature=TREE_TEMPERATURE, draws=None):
     """DFlash with tree verification: one drafter pass builds a tree of <= tree_nodes drafts, one target pass
     verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
     branching: at most this many children per node (None: the candidates per slot, K).
     tree_temperature: the drafter's scores are divided by it before the softmax that ranks paths
-    (shapes the tree, never the output)."""
+    (shapes the tree, never the output).
+    draws (temperature > 0): None, the top-K tree above; sampled_tree.SampledDraws(widths), a tree of drafts
+    sampled from the drafter, verified by recursive rejection (sampled_tree.py)."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     window = target.config.max_seq_len
@@ -192,6 +194,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         raise ValueError(f"branching must be a positive integer or None, got {branching!r}")
     if not 0 < tree_temperature < float("inf"):
         raise ValueError(f"tree_temperature must be > 0 and finite, got {tree_temperature!r}")
+    if draws is not None and temperature == 0:
+        raise ValueError("a sampled tree (draws=...) needs temperature > 0; greedy trees are top-K trees")
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens
     cache = target.new_cache(1, min(window, n_max + tree_nodes))             # room for the tree's scratch
@@ -202,11 +206,16 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     while not finished(out, max_new_tokens, stops):
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         n_nodes = min(tree_nodes, cache.max_len - start - 1)                 # near the window: a smaller tree
+        n_draft = min(B - 1, left)
         with stats.timer("draft_time"):
-            tree = draft_tree(drafter, dcache, anchor, min(B - 1, left), n_nodes, branching, tree_temperature)
+            if draws is None:
+                tree = draft_tree(drafter, dcache, anchor, n_draft, n_nodes, branching, tree_temperature)
+            else:
+                tree = draws.draft(drafter, dcache, anchor, n_draft, n_nodes, temperature, generator)
         with stats.timer("verify_time"):
             logits, feats = verify_tree(target, cache, tree, ids)            # (N+1, V), one target pass
-            path, bonus = accept_path(tree, logits, temperature, top_k, top_p, generator)
+            path, bonus = (draws.accept if draws else accept_path)(tree, logits, temperature, top_k, top_p,
+                                                                   generator)
             new = step_tokens([tree.tokens[i] for i in path[1:]], bonus, left, stops)
             # the anchor and the accepted drafts, moved into place
             keep = path[: len(new)]

@@ -14,6 +14,10 @@ emitted after them. Acceptance length for the step is n_accepted + 1.
 - rejection_verify: the classic rule for drafts sampled from q_i: accept d_i with prob
                     min(1, p_i(d_i) / q_i(d_i)); on rejection emit a sample of normalize(max(0, p_i - q_i));
                     if all n are accepted, the bonus is a sample of p_n.
+- multi_draft_verify: k drafts for ONE position, drawn independently from the same q (a node of a sampled
+                    tree, sampled_tree.py): test them in turn, each against the residual the rejected ones
+                    left (recursive rejection, as in SpecInfer); if all are rejected, sample the last
+                    residual. With k = 1 it is rejection_verify's test at one position.
 """
 
 import torch
@@ -65,3 +69,31 @@ def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
     if n_acc < n:
         return n_acc, int(sample(residual_distribution(target_probs[n_acc], draft_probs[n_acc]), generator))
     return n, int(sample(target_probs[n], generator))
+
+
+def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+    """draft_tokens (k,), each drawn independently from draft_probs (V,); target_probs (V,)
+    -> (index of the accepted draft, or -1 when all were rejected; the token emitted).
+
+    r starts as p. Draft i is accepted with prob min(1, r(d_i) / q(d_i)); on rejection r becomes
+    normalize(max(0, r - q)). Why the token has exactly p's distribution, by induction on k: for one
+    draft, it is rejection_verify's argument with r in place of p (accepted tokens contribute min(r, q),
+    rejections the remaining mass times the residual, and the two sum to r); with k drafts, the first test
+    emits min(r, q) and passes the rest of r's mass on as the residual, which the k-1 drafts after it
+    reproduce exactly. A
+    repeated draft that was rejected before has r(d) = 0 by then (it was rejected, so r(d) < q(d)) and is
+    rejected again: duplicates waste a test, never bias one.
+
+    >>> p, q = torch.tensor([0.5, 0.5, 0.0]).double(), torch.tensor([0.0, 0.5, 0.5]).double()
+    >>> multi_draft_verify(torch.tensor([1]), q, p)          # p(1) = q(1): always accepted
+    (0, 1)
+    >>> multi_draft_verify(torch.tensor([2, 1]), q, p)       # p(2) = 0: rejected, r = [1, 0, 0]; then 1 too
+    (-1, 0)
+    """
+    r, q = target_probs, draft_probs
+    u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)   # one uniform per draft
+    for i, d in enumerate(draft_tokens.tolist()):
+        if u[i] * q[d] < r[d]:                                              # u < r/q without dividing
+            return i, d
+        r = residual_distribution(r, q)
+    return -1, int(sample(r, generator))

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_drafter, tiny_target
 from nanodflash.dflash2 import CandidateSelector, DFlash2Config, DFlash2Drafter, GroupedDynamicCausalConv
 from nanodflash.drafter import loss_decay_weights
-from nanodflash.sampling import DraftRule
+from nanodflash.sampling import DraftRule, draft_temperature
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 from test_sampling_exact import N_OTHER_PATHS, chi_square_p_value, exact_distribution, speculative_counts
@@ -157,8 +157,8 @@ def test_sampled_walk_returns_q_over_the_vocabulary_with_selector_scores_after_t
             c, s = sel.scores(hidden[t], logits[t], torch.tensor(prev))
             row = logits[t].clone()
             row[c] = s.detach()
-            torch.testing.assert_close(q[t], torch.softmax(row / 0.8, -1),
-                                       msg=f"q at slot {t + 1} is not softmax(selector scores | logits / T)")
+            torch.testing.assert_close(q[t], torch.softmax(row / draft_temperature(0.8), -1),
+                                       msg=f"q at slot {t + 1}: not softmax(selector scores | logits / T_q)")
             prev = int(tokens[t])
             drawn["candidate" if prev in c.tolist() else "other"] += 1
     assert drawn["candidate"] and drawn["other"], \

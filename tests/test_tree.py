@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import nanodflash.tree as tree_mod
-from helpers import MASK_ID, greedy_continuation, tiny_drafter, tiny_target
+from helpers import MASK_ID, greedy_continuation, tiny_drafter
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import (
@@ -20,7 +20,7 @@ from nanodflash.tree import (
     verify_tree,
 )
 from test_dflash2 import tiny_dflash2
-from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, V, chi_square_p_value, exact_distribution
+from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
 
@@ -263,14 +263,6 @@ def test_the_caches_after_a_tree_run_continue_like_a_fresh_prefill(target):
 
 
 # --------------------------------------------------------------------------- sampling: exactly the target's p
-
-@pytest.fixture(scope="module")
-def small():
-    target = tiny_target(seed=11, vocab=V, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
-    drafters = {"dflash": tiny_drafter(target, seed=12, block_size=4, n_layer=1),
-                "dflash2": tiny_dflash2(target, seed=12, block_size=4, top_k=4, rank=4, group=8, perturb=0.5)}
-    return target, drafters
-
 
 def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS):
     g = torch.Generator().manual_seed(seed)

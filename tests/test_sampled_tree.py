@@ -1,0 +1,148 @@
+"""Sampled trees (sampled_tree.py) and the multi-draft rule (verify.multi_draft_verify): exact sampling, by
+enumeration, with wrong rules that must fail the same test; the tree's shape and budget; clear errors."""
+
+import pytest
+import torch
+
+import nanodflash.sampled_tree as sampled_mod
+from nanodflash.sampled_tree import SampledDraws, sample_tree
+from nanodflash.sampling import sample
+from nanodflash.tree import tree_speculative_generate
+from nanodflash.verify import multi_draft_verify, residual_distribution
+from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
+
+N_RULE = 4000           # draws of the rule alone, on one position
+
+
+def rule_counts(rule, p, q, k, n=N_RULE, seed=0):
+    """Counts of the token `rule` emits, n times, each with k fresh drafts drawn from q."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(p.numel())
+    for _ in range(n):
+        drafts = sample(q.expand(k, -1), g)
+        counts[rule(drafts, q, p, g)[1]] += 1
+    return counts
+
+
+def one_position_p_value(counts, p):
+    exact = {(i,): float(x) for i, x in enumerate(p)}
+    return chi_square_p_value({(i,): int(c) for i, c in enumerate(counts)}, exact, int(counts.sum()))
+
+
+def far_apart(seed, V=6):
+    """A target p and a draft q that disagree a lot (so rejections, residuals and repeats all happen)."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(3 * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(3 * torch.randn(V, generator=g, dtype=torch.float64), -1)
+    return p, q
+
+
+def test_a_single_draft_is_accepted_with_probability_min_one_p_over_q():
+    p, q = far_apart(0)
+    d = int(q.argmax())
+    g = torch.Generator().manual_seed(1)
+    kept = sum(multi_draft_verify(torch.tensor([d]), q, p, g)[0] == 0 for _ in range(N_RULE)) / N_RULE
+    want = min(1.0, float(p[d] / q[d]))
+    assert abs(kept - want) < 0.03, f"draft {d} kept {kept:.3f} of the time; min(1, p/q) = {want:.3f}"
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_multi_draft_verify_emits_exactly_the_targets_distribution(k, seed):
+    p, q = far_apart(seed)
+    value = one_position_p_value(rule_counts(multi_draft_verify, p, q, k), p)
+    assert value > ALPHA, f"k={k}: chi-square p={value:.2e} -- the emitted token does not follow p"
+
+
+def test_more_drafts_accept_more_often():
+    p, q = far_apart(0)
+    g = torch.Generator().manual_seed(2)
+    rates = []
+    for k in (1, 2, 4):
+        hits = sum(multi_draft_verify(sample(q.expand(k, -1), g), q, p, g)[0] >= 0 for _ in range(2000))
+        rates.append(hits / 2000)
+    assert rates[0] < rates[1] < rates[2], f"acceptance with 1, 2, 4 drafts: {rates}; width must pay"
+
+
+def test_each_draft_against_p_instead_of_the_residual_fails_the_same_test():
+    def against_p(drafts, q, p, generator):
+        """WRONG on purpose: every draft is tested against p itself; the residual only at the end."""
+        u = torch.rand(drafts.numel(), generator=generator, dtype=torch.float64)
+        for i, d in enumerate(drafts.tolist()):
+            if u[i] * q[d] < p[d]:
+                return i, d
+        return -1, int(sample(residual_distribution(p, q), generator))
+
+    p, q = far_apart(0)
+    value = one_position_p_value(rule_counts(against_p, p, q, 3), p)
+    assert value < ALPHA, f"the test cannot tell the no-residual rule from the right one (p={value:.2e})"
+
+
+# --------------------------------------------------------------------------- the tree
+
+def test_a_sampled_tree_keeps_its_budget_and_every_draw_is_a_child_of_its_node():
+    g = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(5, 8, generator=g, dtype=torch.float64), -1)     # (n, V) slot distributions
+    for nodes in (1, 3, 7, 20):
+        t = sample_tree(lambda d, prev: q[d], 0, n_draft=5, tree_nodes=nodes, widths=(3, 2), generator=g)
+        assert len(t) - 1 <= nodes, f"{len(t) - 1} drafts in a tree of at most {nodes}"
+        assert max(t.depth) <= 5, "no draft deeper than the block"
+        for node, draws in enumerate(t.draws):
+            assert all(t.parent[c] == node for c in draws), "a draw must be a child of the node that drew it"
+            want = (3, 2, 1, 1, 1, 0)[t.depth[node]]
+            assert len(draws) in (0, want) or len(t) - 1 == nodes, \
+                f"a node at depth {t.depth[node]} makes 0 or {want} draws unless the budget ran out"
+            assert sorted(set(draws)) == sorted(t.children[node].values()), "children are exactly the draws"
+
+
+def test_widths_of_one_make_a_sampled_path():
+    g = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(6, 8, generator=g, dtype=torch.float64), -1)
+    t = sample_tree(lambda d, prev: q[d], anchor=0, n_draft=6, tree_nodes=100, widths=(1,), generator=g)
+    assert t.parent == [-1, 0, 1, 2, 3, 4, 5], f"widths (1,): one chain of 6 slots, got {t.parent}"
+
+
+def tree_counts(target, drafter, temperature, top_k, top_p, widths=(2, 2), seed=0, n=N_OTHER_PATHS):
+    g = torch.Generator().manual_seed(seed)
+    counts, lengths = {}, []
+    for _ in range(n):
+        out, stats = tree_speculative_generate(target, drafter, PROMPT, H, tree_nodes=6,
+                                               temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
+                                               draws=SampledDraws(widths))
+        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+        lengths += stats.acceptance_lengths
+    return counts, lengths
+
+
+@pytest.mark.parametrize("kind,temperature,top_k,top_p,widths",
+                         [("dflash", 0.7, None, None, (2, 2)), ("dflash", 1.0, 2, None, (3,)),
+                          ("dflash", 1.0, None, 0.8, (2, 2)), ("dflash2", 1.0, None, None, (2, 2)),
+                          ("dflash2", 0.7, None, 0.8, (3, 1, 2))])
+def test_sampled_tree_decoding_has_exactly_the_targets_distribution(small, kind, temperature, top_k, top_p,
+                                                                    widths):
+    target, drafter = small[0], small[1][kind]
+    exact = exact_distribution(target, temperature, top_k, top_p)
+    counts, lengths = tree_counts(target, drafter, temperature, top_k, top_p, widths)
+    impossible = [s for s in counts if exact[s] == 0]
+    assert not impossible, f"produced outputs the target can never produce: {impossible[:3]}"
+    assert any(a > 2 for a in lengths) and any(a == 1 for a in lengths), \
+        "deep acceptance and misses must both occur"
+    p = chi_square_p_value(counts, exact, N_OTHER_PATHS)
+    assert p > ALPHA, (f"{kind} T={temperature} top_k={top_k} top_p={top_p} widths={widths}: chi-square "
+                       f"p={p:.2e} -- not the target's distribution")
+
+
+def test_a_sampled_tree_that_always_accepts_its_first_draw_fails_the_same_test(small, monkeypatch):
+    monkeypatch.setattr(sampled_mod, "multi_draft_verify", lambda drafts, q, p, g: (0, int(drafts[0])))
+    target, drafter = small[0], small[1]["dflash"]
+    counts, _ = tree_counts(target, drafter, 1.0, None, None)
+    p = chi_square_p_value(counts, exact_distribution(target, 1.0, None, None), N_OTHER_PATHS)
+    assert p < ALPHA, f"the test cannot tell an always-accepting tree from the right rule (p={p:.2e})"
+
+
+def test_bad_widths_and_a_greedy_sampled_tree_are_clear_value_errors(small):
+    for bad in [(), (0,), (2, -1), (1.5,)]:
+        with pytest.raises(ValueError, match="widths"):
+            SampledDraws(bad)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        tree_speculative_generate(small[0], small[1]["dflash"], PROMPT, H, tree_nodes=4, draws=SampledDraws())
