@@ -1,7 +1,7 @@
 """Train everything DFlash needs, end to end, on a CPU: tokenizer -> target -> generated data -> drafter.
 
     python train_tiny.py                 # the default run (minutes on 2 CPU cores: README), writes out/
-    python train_tiny.py --sampling      # then add the sampling drafter, for sampled decoding
+    python train_tiny.py --no-sampling   # greedy decoding only: no sampling drafter, a few minutes less
     python train_tiny.py --full          # the longer recipe, for the best τ, writes out_full/
     python train_tiny.py --smoke         # the same pipeline at toy size, well under a minute, in out_smoke/
     python train_tiny.py --data input.txt --out out_shakespeare
@@ -177,7 +177,7 @@ def drafter_stage(args, path, target, data, data_id, prompts, mask_id):
 
 
 def sampling_stage(args, path, target, drafter, split, corpus):
-    """4b. With --sampling: sampled continuations (data_sampled.pt), then the drafter fine-tuned on them
+    """4b. Unless --no-sampling: sampled continuations (data_sampled.pt), then the drafter fine-tuned on them
     (drafter_sampling.pt), its own stage so that greedy-only runs never pay for it. Each is reused when its
     record matches, like every stage. -> the sampling drafter."""
     made_by = stage_record("sampled data", args, corpus=corpus["sha256"], target=target.fingerprint())
@@ -240,8 +240,8 @@ def main(argv=None):
 
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
     out = "" if args.out == recipe.OUT else f" --out {args.out}"
-    more = "" if args.sampling else (" | python train_tiny.py --sampling (a drafter tuned for sampled "
-                                     "decoding; the run's other flags too)")
+    more = "" if args.sampling else (" | python train_tiny.py (without --no-sampling: adds a drafter tuned "
+                                     "for sampled decoding; the run's other flags too)")
     print(f"next: python sample.py{out} | python -m nanodflash.tools.bench --out {args.out} (τ at every "
           "block size, sampling, baselines)" + more)
 

@@ -143,9 +143,10 @@ def parse_args(argv=None, description=None):
       help="drafter peak learning rate")
     a("--gamma", type=floats(0, low_open=True), default=recipe.GAMMA, help="loss decay gamma, weights "
       "exp(-(k-1)/gamma) (default: %(default)s)")
-    a("--sampling", action="store_true", help="also train the sampling drafter (drafter_sampling.pt: the "
-      "drafter tuned on sampled continuations, which sample.py and the benchmark then sample with); every "
-      "other stage of the run is reused, so `train_tiny.py --sampling` after a run adds just this stage")
+    a("--sampling", action=argparse.BooleanOptionalAction, default=recipe.SAMPLING, help="train the "
+      "sampling drafter too (drafter_sampling.pt: the drafter tuned on sampled continuations, which "
+      "sample.py and the benchmark sample with); --no-sampling: greedy decoding only, a few minutes less (a "
+      "later run without it adds just this stage) (default: %(default)s)")
     a("--sampling_steps", type=ints(1, MAX_COUNT), default=recipe.SAMPLING_STEPS, help="with --sampling: "
       "fine-tuning steps of the sampling drafter (default: %(default)s)")
     a("--sampling_seqs", type=ints(1, MAX_COUNT), default=recipe.SAMPLING_SEQS, help="with --sampling: "
