@@ -27,6 +27,7 @@ import torch
 import nanodflash
 from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.data import val_prompts
+from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 from nanodflash.tools import hf
@@ -87,7 +88,8 @@ def parse_args(argv=None):
     a("--threads", type=threads, default=DECODE_THREADS, help="torch CPU threads, at most this machine's "
       "CPUs (default: %(default)s)")
     a("--tree", type=ints(1, MAX_COUNT), default=None, help="tree verification with at most N draft nodes a "
-      "step (nanodflash/tree.py): greedy, or sampling by the match rule on the tree; --block_size and "
+      "step (nanodflash/tree.py): greedy, the drafter's top candidates; sampling, drafts sampled from the "
+      "drafter and verified by recursive rejection (nanodflash/sampled_tree.py); --block_size and "
       "--verifier do not apply (default: off, one draft path a step)")
     a("--no-color", action="store_true", help="markers ⟦drafted⟧ ⟨target⟩ instead of ANSI colours "
       "(automatic when not a terminal, or with NO_COLOR set)")
@@ -149,10 +151,12 @@ def bars(counts, width=40):
 
 def tree_decoder(tree_nodes):
     """tree_speculative_generate with its tree size bound, called like speculative_generate (whose block size
-    and verifier it does not take: a tree's size is its node budget, and it verifies by the match rule)."""
+    and verifier it does not take: a tree's size is its node budget, and it has its own rules). Sampling
+    builds sampled trees: top-K trees accept less than one sampled path (docs/sampling.md)."""
     def decode(target, drafter, prompt_ids, max_new_tokens, block_size=None, verifier=None, **kw):
+        draws = SampledDraws() if kw.get("temperature", 0) > 0 else None
         return tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=tree_nodes,
-                                         **kw)
+                                         draws=draws, **kw)
     return decode
 
 
@@ -190,7 +194,7 @@ def main(argv=None):
     millions = {name: sum(p.numel() for p in m.parameters()) / 1e6            # parameters
                 for name, m in (("target", target), ("drafter", drafter))}
     source = " + ".join(args.hf) if args.hf else drafter_path(args.out, sampling=args.temperature > 0)
-    verifier = args.verifier if args.tree is None else "match (on a tree)"
+    verifier = args.verifier if args.tree is None else "recursive rejection on a sampled tree"
     print(f"nanodflash sample: {source} | target {millions['target']:.2f}M params, drafter "
           f"{millions['drafter']:.2f}M "
           + (f"| block_size {B}" if args.tree is None else f"| tree of <= {args.tree} nodes")

@@ -12,9 +12,11 @@ import nanodflash
 from helpers import tiny_drafter, tiny_target
 from nanodflash.data import val_prompts
 from nanodflash.drafter import Drafter
+from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import bench, bench_batch, bench_methods, bench_sections, bench_tree
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
+from nanodflash.tree import tree_speculative_generate
 
 N_PROMPTS, NEW_TOKENS = 2, 20
 
@@ -32,10 +34,11 @@ def test_bench_has_one_row_per_method_with_block_sizes_capped_at_the_drafters(se
     B, kind = drafter.config.block_size, bench.kind_of(drafter)    # B=8 in smoke mode: 4, 8 (16 capped to 8)
     sampled = [f"{v} B={b}" for b in bench_methods.sampled_sizes(B) for v in ("match", "rejection")]
     greedy = [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]
+    trees = [f"sampled tree N={n}" for n in bench_methods.SAMPLED_TREE_NODES]
     expected = ["plain greedy"] + [f"{kind} greedy B={b}" for b in greedy] + \
                ["prompt lookup k=4", "prompt lookup k=10"] + \
-               ["plain T=1"] + [f"{kind} T=1 {s}" for s in sampled] + \
-               ["plain T=0.7 p=0.95"] + [f"{kind} T=0.7 p=0.95 {s}" for s in sampled]
+               ["plain T=1"] + [f"{kind} T=1 {s}" for s in sampled + trees] + \
+               ["plain T=0.7 p=0.95"] + [f"{kind} T=0.7 p=0.95 {s}" for s in sampled + trees]
     assert list(rows) == expected, f"rows {list(rows)} != {expected}"
 
 
@@ -115,6 +118,13 @@ def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchma
             assert r["temperature"] == 0.7 and r["steps"] == steps, \
                 f"{v} B={b}: the row's steps differ from fresh T=0.7 top-p 0.95 runs seeded like the " \
                 "benchmark's"
+    for n in bench_methods.SAMPLED_TREE_NODES:
+        r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 sampled tree N={n}"]
+        runs = [tree_speculative_generate(target, drafter, p, NEW_TOKENS, tree_nodes=n, temperature=0.7,
+                                          top_p=0.95, generator=torch.Generator().manual_seed(i),
+                                          draws=SampledDraws()) for i, p in enumerate(prompts)]
+        assert r["steps"] == sum(len(s.acceptance_lengths) for _, s in runs), \
+            f"sampled tree N={n}: the steps differ from fresh sampled-tree runs seeded as the bench seeds"
 
 
 def test_bench_a_new_method_is_one_more_list_entry(setup):

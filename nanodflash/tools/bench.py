@@ -3,6 +3,7 @@ process.
 
     python -m nanodflash.tools.bench --out out [--json bench.json]   # the table, the step costs, the ceiling
     python -m nanodflash.tools.bench --out out --prompts third_party  # on text no built-in corpus contains
+    python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # T=1, T=0.7 top-p 0.95 only
 
 All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
 after a warm-up. Reported per row:
@@ -18,8 +19,9 @@ k=4/10` (n-gram copying, no model: baselines.PromptLookupDrafter), always; with 
 `python -m nanodflash.tools.baselines` trains, "ar k=3/7/15" and "dflash no-features"; with any other
 DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p
 0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at B=4, the
-drafter's B and B=auto). When the run made a sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows
-follow the main drafter's ("dflash2-sampling ...").
+drafter's B and B=auto); at both temperatures, sampled trees of 4 and 8 nodes (sampled_tree.py). When the
+run made a sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows follow the main drafter's
+("dflash2-sampling ...").
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
@@ -171,12 +173,16 @@ def parse_args(argv=None):
     p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy "
                    "rows, no extra sections but the step costs: a quick check, e.g. of long generations "
                    "(--max_new_tokens 480)")
+    p.add_argument("--sampled_only", action="store_true", help="only the sampled rows (T=1 and T=0.7 top-p "
+                   "0.95) of the drafter sampling decodes with: drafter_sampling.pt where the run made one")
     p.add_argument("--drafters", nargs="+", default=[], metavar="DIR", help="more drafters to compare, each "
                    "DIR's drafter.pt, trained on the same target as --out's (e.g. another recipe): rows "
                    "named by the folder")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
                    "settings as JSON")
     args = p.parse_args(argv)
+    if args.greedy_only and args.sampled_only:
+        p.error("--greedy_only and --sampled_only exclude each other")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         p.error(f"--json {args.json}: its folder does not exist")
     check_device(p, args.device)
@@ -202,8 +208,9 @@ def main(argv=None, extra=None):
         prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
                                        args.data or run_corpus(args.out))
         t0 = time.perf_counter()
-        extra = {} if args.greedy_only else extra
-        methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler)
+        extra = {} if args.greedy_only or args.sampled_only else extra
+        methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
+                                  sampled_only=args.sampled_only)
         rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -243,6 +250,7 @@ def main(argv=None, extra=None):
             acceptance[name] = sections.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
                                                         args.seed)
             print("\n" + sections.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
+    if not args.greedy_only and not args.sampled_only:
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
         text, oracles = sections.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
                                                 ORACLE_TOP_K)

@@ -7,7 +7,9 @@ A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, 
 
 from collections import namedtuple
 
+from ..sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
+from ..tree import tree_speculative_generate
 from .baselines import AR_KS
 from .prompt_lookup import PromptLookupDrafter
 
@@ -15,6 +17,7 @@ LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt looku
 NOT_DFLASH = ("ar", "nofeat")   # extra drafter kinds that are not DFlash-style (no block logits to pick from)
 SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
 SAMPLED_B = 4           # the small block size of the sampled rows (next to the drafter's B and "auto")
+SAMPLED_TREE_NODES = (4, 8)   # draft nodes a step of the sampled-tree rows (sampled_tree.py)
 
 Method = namedtuple("Method", "name temperature run")
 
@@ -34,6 +37,15 @@ def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, t
         return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
                                     block_size=block_size, temperature=temperature, top_p=top_p,
                                     verifier=verifier, generator=generator)
+    return run
+
+
+def sampled_tree_method(tree_nodes, temperature, drafter=None, top_p=None):
+    """Tree verification of drafts sampled from the drafter (sampled_tree.py), at most tree_nodes a step."""
+    def run(target, default_drafter, prompt, max_new_tokens, generator):
+        return tree_speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
+                                         tree_nodes=tree_nodes, temperature=temperature, top_p=top_p,
+                                         generator=generator, draws=SampledDraws())
     return run
 
 
@@ -69,20 +81,24 @@ def sampling_drafters(drafter, sampler):
     return {kind: drafter, **({f"{kind}-sampling": sampler} if sampler is not None else {})}
 
 
-def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
+def default_methods(drafter, baselines=None, greedy_only=False, sampler=None, sampled_only=False):
     """Plain greedy; the drafter's greedy rows at B = 4/8/16 (capped at its B) and "auto" (block_policy.py);
     for each extra DFlash-style drafter of kind K, "K greedy B=8/16"; "ar k=3/7/15" and "dflash no-features"
-    when `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then T=1 plain and the drafter with each
-    verifier; then T=0.7 top-p 0.95 (SAMPLED) plain, and every DFlash-style drafter (main first) with each
-    verifier; every sampled DFlash row at B=4, the drafter's B and B=auto (`sampled_sizes`). `sampler` (the
-    run's drafter_sampling.pt) gets the main drafter's T=1 and T=0.7 rows too, named "K-sampling ...".
+    when `baselines` has "ar"/"nofeat"; "prompt lookup k=4/10"; then the sampled rows (`sampled_methods`).
+    `sampler` (the run's drafter_sampling.pt) gets the main drafter's sampled rows too, named
+    "K-sampling ...".
 
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
-    greedy and the drafter's greedy rows only."""
+    greedy and the drafter's greedy rows only. sampled_only: the sampled rows of the drafter sampling decodes
+    with (the sampler where there is one) only."""
     B, kind, extra = drafter.config.block_size, kind_of(drafter), baselines or {}
     if kind in extra:
         raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share "
                          "names")
+    samplers = sampling_drafters(drafter, sampler)
+    if sampled_only:
+        name = list(samplers)[-1]                  # the sampling drafter where the run made one
+        return sampled_methods(drafter, {name: samplers[name]})
     methods = [Method("plain greedy", 0.0, plain_method(0.0))]
     sizes = [*sorted({min(b, B) for b in (4, 8, 16)}), "auto"]
     methods += [Method(f"{kind} greedy B={b}", 0.0, dflash_method(b)) for b in sizes]
@@ -100,15 +116,25 @@ def default_methods(drafter, baselines=None, greedy_only=False, sampler=None):
         methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
                            dflash_method(nf.config.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
-    samplers = sampling_drafters(drafter, sampler)
-    methods += [Method("plain T=1", 1.0, plain_method(1.0))]
-    for k, d in samplers.items():
-        methods += [Method(f"{k} T=1 {v} B={b}", 1.0, dflash_method(b, 1.0, v, None if d is drafter else d))
-                    for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
-    T, p = SAMPLED
-    methods += [Method(f"plain T={T} p={p}", T, plain_method(T, p))]
-    for k, d in {**samplers, **dflash_style(extra)}.items():
-        own = None if d is drafter else d          # DFlash 2's rejection rows use its selector's q
-        methods += [Method(f"{k} T={T} p={p} {v} B={b}", T, dflash_method(b, T, v, own, p))
-                    for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
+    return methods + sampled_methods(drafter, samplers, dflash_style(extra))
+
+
+def sampled_methods(drafter, samplers, extra=None):
+    """T=1 plain, and each of `samplers` ({row-name prefix: drafter}) with each verifier and as sampled trees
+    of SAMPLED_TREE_NODES nodes; then T=0.7 top-p 0.95 (SAMPLED) plain, the same rows, and each `extra`
+    DFlash-style drafter with each verifier. Every sampled DFlash row at B=4, the drafter's B and B=auto
+    (`sampled_sizes`). `drafter`: the benchmark's own (rows of other drafters pass theirs)."""
+    methods = []
+    for T, p in ((1.0, None), SAMPLED):
+        label = "T=1" if p is None else f"T={T} p={p}"
+        methods += [Method(f"plain {label}", T, plain_method(T, p))]
+        for k, d in {**samplers, **(extra or {})}.items():
+            own = None if d is drafter else d      # DFlash 2's rejection rows use its selector's q
+            if T == 1.0 and k not in samplers:
+                continue
+            methods += [Method(f"{k} {label} {v} B={b}", T, dflash_method(b, T, v, own, p))
+                        for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
+            if k in samplers:
+                methods += [Method(f"{k} {label} sampled tree N={n}", T, sampled_tree_method(n, T, own, p))
+                            for n in SAMPLED_TREE_NODES]
     return methods
