@@ -318,6 +318,21 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
     assert "at context " in out, "the step costs late in a long generation are missing"
 
 
+def test_bench_sampled_only_runs_the_sampling_drafters_sampled_rows_and_trees(smoke_out, tmp_path, capsys):
+    path = tmp_path / "sampled.json"
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--sampled_only",
+                "--json", str(path)])
+    names = [r["name"] for r in json.load(open(path))["rows"]]
+    kind = bench.kind_of(nanodflash.load(str(smoke_out))[2])
+    assert names[0] == "plain T=1" and "plain T=0.7 p=0.95" in names, f"the plain sampled rows: {names}"
+    assert all(n.startswith("plain") or n.startswith(f"{kind}-sampling ") for n in names), \
+        f"--sampled_only keeps the sampling drafter's rows (drafter_sampling.pt) only: {names}"
+    assert f"{kind}-sampling T=0.7 p=0.95 sampled tree N=8" in names, f"no sampled-tree row: {names}"
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(smoke_out), "--greedy_only", "--sampled_only"])
+    assert "exclude each other" in capsys.readouterr().err
+
+
 def test_every_benchmark_runs_on_third_party_prompts_when_asked(smoke_out, tmp_path, capsys):
     path = tmp_path / "third_party.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--greedy_only",

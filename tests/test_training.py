@@ -82,8 +82,8 @@ def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_sp
     _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
     greedy = ("greedy speculative == plain greedy on all 3 prompts: yes",
               "speedup (block_size=8, 24 new tokens)")
-    sampled = ("sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=4): tau ",
-               "sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=auto): tau ")
+    sampled = ("sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=auto, 3 val "
+               "prompts): tau ",)
     print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1)
     out = capsys.readouterr().out
     assert all(line in out for line in greedy), f"the summary lacks a greedy line:\n{out}"
