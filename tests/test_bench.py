@@ -229,10 +229,11 @@ def test_bench_rows_are_named_by_the_main_drafters_kind_and_extra_dflash_style_d
     main.kind = "dflash2"
     names = [m.name for m in bench.default_methods(main, {"dflash": other})]
     sampled = lambda B: [f"{v} B={b}" for b in (4, B, "auto") for v in ("match", "rejection")]   # noqa: E731
+    trees = ["sampled tree N=4", "sampled tree N=8"]
     assert [n for n in names if n.startswith("dflash2")] == \
         ["dflash2 greedy B=4", "dflash2 greedy B=8", "dflash2 greedy B=16", "dflash2 greedy B=auto"] + \
-        [f"dflash2 T=1 {s}" for s in sampled(16)] + [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16)], \
-        f"main rows: {names}"
+        [f"dflash2 T=1 {s}" for s in sampled(16) + trees] + \
+        [f"dflash2 T=0.7 p=0.95 {s}" for s in sampled(16) + trees], f"main rows: {names}"
     assert [n for n in names if n.startswith("dflash ")] == \
         ["dflash greedy B=8"] + [f"dflash T=0.7 p=0.95 {s}" for s in sampled(8)], \
         f"extra rows: greedy B=8/16 capped at 8, then the sampled rows with each verifier: {names}"
