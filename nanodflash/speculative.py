@@ -163,7 +163,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
                                   stop_token_ids)
     # the block size: fixed, or "auto" (block_policy.py)
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
-                        costs=lambda: measured_costs(target, drafter))
+                        costs=lambda: measured_costs(target, drafter, sampled=temperature > 0))
     choose, ids = draft_rule(verifier, temperature, generator), drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)

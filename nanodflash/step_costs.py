@@ -10,9 +10,11 @@ as rows x tokens grow), so they are measured where the decoder runs, the first t
 
 A step is timed as the loop runs it: the newly verified positions projected into the drafter's context, one
 drafter pass of n+1 slots (none when n = 0) and one target forward of n+1 tokens, after a context of
-CONTEXT tokens; the median of N_CALLS calls at each of COST_TOKENS block sizes, linear in between (about a
-quarter of a second for the default models on one CPU thread). The table is kept for the process, per
-drafter, row count, device and thread count, so every generation of a process weighs drafts alike, and a
+CONTEXT tokens; when sampling, also what sampling adds per slot (drawing each draft from q, the target's p
+at every position, the rejection test), which makes a sampled slot dearer than a greedy one. The median of
+N_CALLS calls at each of COST_TOKENS block sizes, linear in between (about a quarter of a second for the
+default models on one CPU thread). The table is kept for the process, per drafter, row count, device, thread
+count and kind of step (greedy or sampled), so every generation of a process weighs drafts alike, and a
 fixed table makes a seeded sampled run repeat exactly. Costs choose block sizes only, and every block size
 is exact: they never change the output's distribution (when greedy, its tokens).
 """
@@ -23,13 +25,15 @@ import weakref
 
 import torch
 
-from .sampling import DraftRule
+from .sampling import DraftRule, probs_from_logits
+from .verify import rejection_verify
 
 CONTEXT = 64                      # tokens of context the timed steps attend to
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
 N_CALLS = 5                       # timed calls per block size (the median counts), after one warm-up
 
-_TABLES = weakref.WeakKeyDictionary()      # drafter -> {(rows, device, threads): [cost(n) for n in 0..B-1]}
+_TABLES = weakref.WeakKeyDictionary()      # drafter -> {(rows, device, threads, sampled): [cost(n), ...]}
+SAMPLED_T = 0.7                   # sampled steps are timed at this temperature (cost barely moves with it)
 
 
 def sync(device):
@@ -69,55 +73,61 @@ def relative_costs(seconds, max_block_size):
     return out
 
 
-def _key(drafter, rows):
-    return rows, str(next(drafter.target.parameters()).device), torch.get_num_threads()
+def _key(drafter, rows, sampled):
+    return rows, str(next(drafter.target.parameters()).device), torch.get_num_threads(), bool(sampled)
 
 
-def fix_costs(drafter, costs, rows=1):
+def fix_costs(drafter, costs, rows=1, sampled=None):
     """Use `costs` ([cost(n) for n in 0..B-1], cost(0) = 1) for `drafter` at `rows` rows from now on, in
-    place of a measurement."""
+    place of a measurement: for greedy steps (sampled=False), sampled ones (True) or both (None)."""
     if len(costs) != drafter.config.block_size or costs[0] != 1:
         raise ValueError(f"costs must list cost(n) for n = 0..{drafter.config.block_size - 1} with "
                          f"cost(0) = 1, got {costs}")
-    _TABLES.setdefault(drafter, {})[_key(drafter, rows)] = list(costs)
+    for kind in (False, True) if sampled is None else (sampled,):
+        _TABLES.setdefault(drafter, {})[_key(drafter, rows, kind)] = list(costs)
 
 
-def cached_costs(drafter, rows, measure):
-    """The table for `drafter` at `rows` rows: the fixed or already measured one, else measure() (seconds by
-    block size), kept."""
+def cached_costs(drafter, rows, measure, sampled=False):
+    """The table for `drafter` at `rows` rows (of sampled steps or greedy ones): the fixed or already
+    measured one, else measure() (seconds by block size), kept."""
     tables = _TABLES.setdefault(drafter, {})
-    key = _key(drafter, rows)
+    key = _key(drafter, rows, sampled)
     if key not in tables:
         tables[key] = relative_costs(measure(), drafter.config.block_size)
     return tables[key]
 
 
 @torch.no_grad()
-def time_single_steps(target, drafter, n_calls=N_CALLS):
+def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
     """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
-    block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens."""
+    block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
+    drafts drawn from q, and the target's p and the rejection test on every position."""
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     device = next(target.parameters()).device
     n = min(CONTEXT, target.config.max_seq_len - B)
     context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
     cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B)
     _, feats = target(context, cache, layer_ids=ids)
-    greedy = DraftRule(0.0, False, None)
+    g = torch.Generator().manual_seed(0)
+    rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
     seconds = {}
     for t in [t for t in COST_TOKENS if t <= B]:
         def step():
             dcache.length = n - t                          # the last t context positions, verified anew
             drafter.extend(dcache, feats[:, n - t:], context[:, n - t:])
             if t > 1:
-                drafter.draft(dcache, 0, t - 1, greedy)    # projects them, then drafts
+                drafts, q = drafter.draft(dcache, 0, t - 1, rule)   # projects them, then drafts
             elif hasattr(drafter, "project_context"):
                 drafter.project_context(dcache)            # what the next draft would project first
-            target(context[:, :t], cache, layer_ids=ids)
+            logits, _ = target(context[:, :t], cache, layer_ids=ids)
+            if sampled and t > 1:                          # the verifier's share of a sampled step
+                rejection_verify(drafts, q, probs_from_logits(logits[0].cpu(), SAMPLED_T), g)
             cache.crop(n)
         seconds[t] = median_seconds(step, device, n_calls)
     return seconds
 
 
-def measured_costs(target, drafter):
-    """[cost(n) for n in 0..B-1] of batch-1 steps on these models: fixed, already measured, or timed now."""
-    return cached_costs(drafter, 1, lambda: time_single_steps(target, drafter))
+def measured_costs(target, drafter, sampled=False):
+    """[cost(n) for n in 0..B-1] of batch-1 steps (sampled ones, or greedy) on these models: fixed, already
+    measured, or timed now."""
+    return cached_costs(drafter, 1, lambda: time_single_steps(target, drafter, sampled=sampled), sampled)

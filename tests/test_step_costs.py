@@ -24,6 +24,9 @@ def test_the_measured_costs_list_every_draft_count_and_are_measured_once_per_pro
     assert len(costs) == 8 and costs[0] == 1.0 and all(c > 0 for c in costs), \
         f"cost(n) for n = 0..7 in steps without drafts, cost(0) = 1: got {costs}"
     assert measured_costs(target, drafter) is costs, "a second call must reuse the table, not time again"
+    sampled = measured_costs(target, drafter, sampled=True)
+    assert len(sampled) == 8 and sampled is not costs, "sampled steps have their own table"
+    assert measured_costs(target, drafter, sampled=True) is sampled, "... measured once too"
     rows = batch_costs(target, drafter, 4)
     assert len(rows) == 8 and rows[0] == 1.0, f"the table of a 4-row step: {rows}"
     assert batch_costs(target, drafter, 1) is costs, "one row of a batch uses batch 1's own table"
