@@ -6,15 +6,16 @@
     python sample.py --hf out_hf/target out_hf/drafter   # Hugging Face folders (nanodflash.tools.hf export)
 
 Sampling (--temperature > 0) drafts with out/drafter_sampling.pt when the run made one (the drafter
-fine-tuned on sampled continuations, `train_tiny.py --sampling`), else with out/drafter.pt. Every
-draft/verify step emits the drafter's accepted tokens, then one token from the target (the "bonus": the
-target's own choice at the first disagreement, or after the last draft). The first generated token comes from
-the target's prefill. The continuation is printed with that origin shown: in colour on a terminal (green
-drafted, magenta target), else (piped, or --no-color) with markers no code uses, ⟦accepted drafts⟧
-⟨target token⟩; --plain prints the text alone. Then τ, the acceptance-length histogram, and the time of
-DFlash vs plain decoding on the same prompt in this process. At temperature 0 the two outputs must be
-token-identical: the script says so, and exits with status 1 if they ever differ. Bad checkpoints or flags
-also exit 1 with a message. The validation prompt comes from the corpus the run was trained on (its run.json).
+fine-tuned on sampled continuations; train_tiny.py makes it unless --no-sampling), else with
+out/drafter.pt. Every draft/verify step emits the drafter's accepted tokens, then one token from the target
+(the "bonus": the target's own choice at the first disagreement, or after the last draft). The first
+generated token comes from the target's prefill. The continuation is printed with that origin shown: in
+colour on a terminal (green drafted, magenta target), else (piped, or --no-color) with markers no code
+uses, ⟦accepted drafts⟧ ⟨target token⟩; --plain prints the text alone. Then τ, the acceptance-length
+histogram, and the time of DFlash vs plain decoding on the same prompt in this process. At temperature 0
+the two outputs must be token-identical: the script says so, and exits with status 1 if they ever differ.
+Bad checkpoints or flags also exit 1 with a message. The validation prompt comes from the corpus the run was
+trained on (its run.json).
 """
 
 import argparse
@@ -203,8 +204,8 @@ def main(argv=None):
     if not args.hf and is_toy_run(args.out):
         print(TOY_RUN)
     if not args.hf and args.temperature > 0 and source.endswith(DRAFTER):
-        print(f"(no sampling drafter in {args.out}: `python train_tiny.py --sampling` adds one, which "
-              "accepts more sampled drafts; add the run's other flags if it was made with any)")
+        print(f"(no sampling drafter in {args.out}: `python train_tiny.py` without --no-sampling adds one, "
+              "which accepts more sampled drafts; add the run's other flags if it was made with any)")
     if style != "plain":
         legend = [("prompt", "prompt"), ("draft", "accepted drafts"),
                   ("target", "target tokens (prefill / bonus)")]

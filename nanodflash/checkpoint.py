@@ -8,8 +8,8 @@ A run folder written by `train_tiny.py --out DIR` holds:
     data.pt         target-generated sequences the drafter trains on, and "made_by"
     drafter.pt      {"kind", "config", "model", "target_fingerprint", "history", "made_by"};
                     kind "dflash" or "dflash2"
-    data_sampled.pt       with --sampling: continuations sampled from the target, and "made_by"
-    drafter_sampling.pt   with --sampling: drafter.pt fine-tuned on data_sampled.pt, the same kind of file
+    data_sampled.pt       unless --no-sampling: continuations sampled from the target, and "made_by"
+    drafter_sampling.pt   unless --no-sampling: drafter.pt fine-tuned on data_sampled.pt (a drafter file)
 "made_by" records what made the checkpoint: the stage's flags, and hashes of what it was made from (corpus,
 tokenizer, target, data, drafter), e.g. {"n_layer": 24, ..., "corpus": "c6e3...", "tokenizer": "9a1f..."};
 train_tiny.py reuses a stage only when its record equals the one it would write. While a training stage
@@ -30,7 +30,7 @@ from .gpt import GPT, GPTConfig
 from .tokenizer import load_tokenizer
 
 RUN, TOKENIZER, TARGET, DATA, DRAFTER = "run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
-# made by train_tiny.py --sampling
+# made by train_tiny.py unless --no-sampling
 SAMPLED_DATA, SAMPLING_DRAFTER = "data_sampled.pt", "drafter_sampling.pt"
 DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
 TOY_RUN = ("note: this is a smoke-sized run (train_tiny.py --smoke): its τ and speedups are not meaningful; "

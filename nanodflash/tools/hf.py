@@ -286,7 +286,7 @@ def main(argv=None):
         print(f"wrote {path}")
     if not os.path.exists(os.path.join(args.out, checkpoint.SAMPLING_DRAFTER)):
         print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} "
-              "(`train_tiny.py --sampling` adds it)")
+              "(`train_tiny.py` adds it to a run made with --no-sampling)")
 
 
 if __name__ == "__main__":
