@@ -146,7 +146,7 @@ class SpecBatch(PlainBatch):
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
                          generator, layer_ids=drafter.config.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
-        costs_at = partial(batch_costs, target, drafter)                  # rows -> measured costs
+        costs_at = partial(batch_costs, target, drafter, sampled=temperature > 0)   # rows -> costs
         self.sizer = BatchBlockSize(B, costs_at) if self.auto else block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
@@ -285,11 +285,12 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_s
                      verifier, stop_token_ids, generator).run()
 
 
-def batch_costs(target, drafter, rows):
+def batch_costs(target, drafter, rows, sampled=False):
     """[cost(n) for n in 0..B-1] of a step of `rows` rows on these models (step_costs.py): batch 1's table
-    for one row, else timed once per process (`time_batch_steps`)."""
+    for one row (its sampled one when sampling), else timed once per process on greedy steps
+    (`time_batch_steps`)."""
     if rows == 1:
-        return measured_costs(target, drafter)
+        return measured_costs(target, drafter, sampled)
     return cached_costs(drafter, rows, lambda: time_batch_steps(target, drafter, rows))
 
 

@@ -13,7 +13,8 @@ trees when sampling (docs/sampling.md). This tree keeps the sampled drafts and a
    slot, given the node's token: the same q the sampled path draws from (`slot_sampler`). Equal draws share
    one child node. Nodes are expanded best first by their path's probability under q (were q the target's
    p, the chance that decoding walks through them), a node at depth d making `widths[d]` draws (1 past the
-   tuple's end), until `tree_nodes` drafts are made.
+   tuple's end), until the tree holds `tree_nodes` draft nodes (equal draws share a node, so a tree may
+   hold more draws than nodes).
 2. Verification: one target pass over the whole tree, as for any tree (tree.verify_tree).
 3. Acceptance (`accept_sampled`): from the root, a node's draws go in order through
    verify.multi_draft_verify against the target's p at that node; an accepted draw moves the walk to its
@@ -65,7 +66,7 @@ def slot_sampler(drafter, dcache, anchor, n_draft, temperature):
 
 def sample_tree(q_at, anchor, n_draft, tree_nodes, widths=WIDTHS, generator=None):
     """Best first by path probability under q: the node that scores best makes its draws (its children),
-    until tree_nodes drafts. q_at(t, prev) -> (V,) from `slot_sampler`."""
+    until the tree holds tree_nodes draft nodes. q_at(t, prev) -> (V,) from `slot_sampler`."""
     tree = SampledTree([anchor], [-1], [0], [0.0], [{}], [[]], [None])
     heap = [(-0.0, 0)] if n_draft and tree_nodes else []                         # (-path log q, node)
     while heap and len(tree) <= tree_nodes:

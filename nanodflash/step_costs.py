@@ -101,7 +101,8 @@ def cached_costs(drafter, rows, measure, sampled=False):
 def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
     """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
     block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
-    drafts drawn from q, and the target's p and the rejection test on every position."""
+    drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
+    costs about as much)."""
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     device = next(target.parameters()).device
     n = min(CONTEXT, target.config.max_seq_len - B)

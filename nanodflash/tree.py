@@ -181,7 +181,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     tree_temperature: the drafter's scores are divided by it before the softmax that ranks paths
     (shapes the tree, never the output).
     draws (temperature > 0): None, the top-K tree above; sampled_tree.SampledDraws(widths), a tree of drafts
-    sampled from the drafter, verified by recursive rejection (sampled_tree.py)."""
+    sampled from the drafter, verified by recursive rejection (sampled_tree.py), which takes no branching
+    or tree_temperature (those shape top-K trees)."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     window = target.config.max_seq_len
@@ -214,8 +215,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
                 tree = draws.draft(drafter, dcache, anchor, n_draft, n_nodes, temperature, generator)
         with stats.timer("verify_time"):
             logits, feats = verify_tree(target, cache, tree, ids)            # (N+1, V), one target pass
-            path, bonus = (draws.accept if draws else accept_path)(tree, logits, temperature, top_k, top_p,
-                                                                   generator)
+            accept = accept_path if draws is None else draws.accept
+            path, bonus = accept(tree, logits, temperature, top_k, top_p, generator)
             new = step_tokens([tree.tokens[i] for i in path[1:]], bonus, left, stops)
             # the anchor and the accepted drafts, moved into place
             keep = path[: len(new)]

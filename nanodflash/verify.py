@@ -80,9 +80,8 @@ def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
     draft, it is rejection_verify's argument with r in place of p (accepted tokens contribute min(r, q),
     rejections the remaining mass times the residual, and the two sum to r); with k drafts, the first test
     emits min(r, q) and passes the rest of r's mass on as the residual, which the k-1 drafts after it
-    reproduce exactly. A
-    repeated draft that was rejected before has r(d) = 0 by then (it was rejected, so r(d) < q(d)) and is
-    rejected again: duplicates waste a test, never bias one.
+    reproduce exactly. A repeated draft that was rejected before has r(d) = 0 by then (it was rejected, so
+    r(d) < q(d)) and is rejected again: duplicates waste a test, never bias one.
 
     >>> p, q = torch.tensor([0.5, 0.5, 0.0]).double(), torch.tensor([0.0, 0.5, 0.5]).double()
     >>> multi_draft_verify(torch.tensor([1]), q, p)          # p(1) = q(1): always accepted

@@ -89,10 +89,26 @@ def test_a_sampled_tree_keeps_its_budget_and_every_draw_is_a_child_of_its_node()
         assert max(t.depth) <= 5, "no draft deeper than the block"
         for node, draws in enumerate(t.draws):
             assert all(t.parent[c] == node for c in draws), "a draw must be a child of the node that drew it"
-            want = (3, 2, 1, 1, 1, 0)[t.depth[node]]
-            assert len(draws) in (0, want) or len(t) - 1 == nodes, \
-                f"a node at depth {t.depth[node]} makes 0 or {want} draws unless the budget ran out"
             assert sorted(set(draws)) == sorted(t.children[node].values()), "children are exactly the draws"
+
+
+def test_with_room_to_spare_every_node_makes_its_depths_number_of_draws():
+    g = torch.Generator().manual_seed(1)
+    q = torch.softmax(torch.randn(3, 8, generator=g, dtype=torch.float64), -1)
+    t = sample_tree(lambda d, prev: q[d], 0, n_draft=3, tree_nodes=100, widths=(3, 2), generator=g)
+    for node, draws in enumerate(t.draws):
+        want = (3, 2, 1, 0)[t.depth[node]]
+        assert len(draws) == want, f"a node at depth {t.depth[node]} made {len(draws)} draws, not {want}"
+
+
+def test_each_node_keeps_the_q_of_its_own_token_and_depth():
+    g = torch.Generator().manual_seed(2)
+    table = torch.softmax(torch.randn(4, 8, 8, generator=g, dtype=torch.float64), -1)   # (n, prev, V)
+    t = sample_tree(lambda d, prev: table[d, prev], 5, n_draft=4, tree_nodes=12, widths=(2, 2), generator=g)
+    for node, draws in enumerate(t.draws):
+        if draws:
+            assert torch.equal(t.q[node], table[t.depth[node], t.tokens[node]]), \
+                f"node {node}'s draws must come from q at its depth after its own token"
 
 
 def test_widths_of_one_make_a_sampled_path():

@@ -146,9 +146,9 @@ def test_the_sampling_drafter_is_trained_on_demand_once_and_a_greedy_run_never_p
     train_tiny.main(["--smoke", "--no-sampling", "--out", str(out)])
     printed = capsys.readouterr().out
     assert "sampled data" not in printed and "sampling drafter" not in printed, \
-        f"a run without --sampling generated sampled data or tuned a sampling drafter:\n{printed}"
+        f"a run with --no-sampling generated sampled data or tuned a sampling drafter:\n{printed}"
     assert not (out / "data_sampled.pt").exists() and not (out / "drafter_sampling.pt").exists(), \
-        "a run without --sampling wrote the sampling drafter's files"
+        "a run with --no-sampling wrote the sampling drafter's files"
     train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     printed = capsys.readouterr().out
     assert all(line in printed for line in earlier), f"--sampling retrained an earlier stage:\n{printed}"
