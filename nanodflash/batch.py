@@ -13,8 +13,9 @@ a step writes row r's new keys at columns len_r.. (a scatter), at RoPE positions
 hides the columns a row has not filled. We chose this over right-aligning the rows behind padding because
 rows accept different numbers of drafts every step: right-alignment would shift every row's whole cache
 each step (or let the padding grow by the rejected drafts), while per-row lengths make rejecting a draft as
-cheap as at batch 1 (a row's length simply does not move past it). The cache is ragged_cache.py. A row that
-is done (stop token or max_new_tokens) leaves the batch at the next step, so it costs nothing from then on.
+cheap as at batch 1 (a row's length simply does not move past it). The cache is ragged_cache.py; the rows,
+their prefill and plain steps are plain_batch.py's. A row that is done (stop token or max_new_tokens) leaves
+the batch at the next step, so it costs nothing from then on.
 """
 
 from dataclasses import dataclass, field
@@ -25,11 +26,15 @@ import torch
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
 from .dflash2 import greedy_walk
-from .ragged_cache import RaggedKVCache, compact
-from .sampling import next_token
-from .speculative import NO_DRAFTS, SpecStats, check_request, draft_rule, finished, step_tokens, verify_block
+from .plain_batch import PlainBatch, generate_batch
+from .ragged_cache import RaggedKVCache
+from .speculative import NO_DRAFTS, SpecStats, draft_rule, step_tokens, verify_block
 from .step_costs import CONTEXT, COST_TOKENS, N_CALLS, cached_costs, measured_costs, median_seconds
 from .verify import greedy_verify
+
+# generate_batch (plain batched decoding) lives in plain_batch.py; it is importable from here too
+__all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculative_generate_batch",
+           "time_batch_steps"]
 
 
 @dataclass
@@ -49,92 +54,6 @@ class BatchStats(SpecStats):
         """Mean acceptance length over every row's steps."""
         lengths = [a for s in self.rows for a in s.acceptance_lengths]
         return sum(lengths) / len(lengths) if lengths else 0.0
-
-
-class PlainBatch:
-    """The rows of one batched generation: prompts, outputs, the target's ragged cache; plain steps."""
-
-    def __init__(self, target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
-                 layer_ids=None, slack=1):
-        if len(prompts) == 0:
-            raise ValueError("the batch is empty: give at least one prompt")
-        request = (max_new_tokens, temperature, top_k, top_p, stop_token_ids)
-        checked = []
-        for i, p in enumerate(prompts):                     # batch 1's checks, the errors naming the row
-            try:
-                checked.append(check_request(target, p, *request))
-            except ValueError as e:
-                raise ValueError(f"prompt {i} of the batch: {e}") from None
-        self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
-        self.sampling, self.stops = (temperature, top_k, top_p), checked[0][1]
-        self.device = checked[0][0].device
-        self.prompts = [p[0].tolist() for p, _ in checked]
-        self.outs = [[] for _ in prompts]
-        self.rows = list(range(len(prompts)))           # the prompt index of every row still in the batch
-        self.window = target.config.max_seq_len
-        self.max_len = min(self.window, max(map(len, self.prompts)) + max_new_tokens + slack)
-        dtype = next(target.parameters()).dtype
-        self.cache = RaggedKVCache(target.config, len(prompts), self.max_len, self.device, dtype)
-
-    def anchors(self):
-        """The last token of every row still in the batch: (R,)."""
-        return torch.tensor([self.outs[r][-1] for r in self.rows], device=self.device)
-
-    def forward(self, tokens):
-        """tokens (R, t), one row per batch row, at each row's next positions -> logits (R, t, V), feats."""
-        positions, mask = self.cache.slots(tokens.size(1))
-        return self.target(tokens, self.cache, layer_ids=self.ids, positions=positions, mask=mask)
-
-    def prefill(self):
-        """Every prompt in one forward, right-padded to the longest (the padding's keys are never seen)."""
-        P = [len(p) for p in self.prompts]
-        padded = torch.tensor([p + [0] * (max(P) - len(p)) for p in self.prompts], device=self.device)
-        logits, feats = self.forward(padded)                                        # (R, P_max, V)
-        self.cache.advance(P)                                                       # lengths = P_r
-        ends = torch.tensor(P, device=self.device) - 1                              # each prompt's last
-        last = logits[torch.arange(len(P), device=self.device), ends]               # (R, V)
-        self.emit_one(last)
-        return feats, P
-
-    def emit_one(self, logits):
-        """Every row emits one token drawn from its logits (R, V)."""
-        self.emit([[t] for t in next_token(logits.cpu(), *self.sampling, self.generator).tolist()])
-
-    def emit(self, new):
-        """new[i]: the tokens row i emits this step."""
-        for r, tokens in zip(self.rows, new):
-            self.outs[r] += tokens
-
-    def done(self, r):
-        return finished(self.outs[r], self.max_new, self.stops)
-
-    def drop_finished(self):
-        """Remove the finished rows from the batch (and from its caches); False when none is left."""
-        order = compact([not self.done(r) for r in self.rows])
-        if len(order) < len(self.rows) and order:
-            self.keep(order)
-        self.rows = [self.rows[i] for i in order]
-        return bool(self.rows)
-
-    def keep(self, index):
-        self.cache.keep(index)
-
-    def plain_step(self):
-        logits, _ = self.forward(self.anchors()[:, None])                           # (R, 1, V)
-        self.cache.advance([1] * len(self.rows))
-        self.emit_one(logits[:, -1])
-
-
-@torch.no_grad()
-def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
-                   stop_token_ids=None, generator=None):
-    """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per
-    prompt."""
-    batch = PlainBatch(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator)
-    batch.prefill()
-    while batch.drop_finished():
-        batch.plain_step()
-    return batch.outs
 
 
 class SpecBatch(PlainBatch):

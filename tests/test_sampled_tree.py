@@ -10,6 +10,7 @@ from nanodflash.sampling import sample
 from nanodflash.tree import tree_speculative_generate
 from nanodflash.verify import multi_draft_verify, residual_distribution
 from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
+from test_tree import tree_counts
 
 N_RULE = 4000           # draws of the rule alone, on one position
 
@@ -118,18 +119,6 @@ def test_widths_of_one_make_a_sampled_path():
     assert t.parent == [-1, 0, 1, 2, 3, 4, 5], f"widths (1,): one chain of 6 slots, got {t.parent}"
 
 
-def tree_counts(target, drafter, temperature, top_k, top_p, widths=(2, 2), seed=0, n=N_OTHER_PATHS):
-    g = torch.Generator().manual_seed(seed)
-    counts, lengths = {}, []
-    for _ in range(n):
-        out, stats = tree_speculative_generate(target, drafter, PROMPT, H, tree_nodes=6,
-                                               temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
-                                               draws=SampledDraws(widths))
-        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
-        lengths += stats.acceptance_lengths
-    return counts, lengths
-
-
 @pytest.mark.parametrize("kind,temperature,top_k,top_p,widths",
                          [("dflash", 0.7, None, None, (2, 2)), ("dflash", 1.0, 2, None, (3,)),
                           ("dflash", 1.0, None, 0.8, (2, 2)), ("dflash2", 1.0, None, None, (2, 2)),
@@ -138,7 +127,7 @@ def test_sampled_tree_decoding_has_exactly_the_targets_distribution(small, kind,
                                                                     widths):
     target, drafter = small[0], small[1][kind]
     exact = exact_distribution(target, temperature, top_k, top_p)
-    counts, lengths = tree_counts(target, drafter, temperature, top_k, top_p, widths)
+    counts, lengths = tree_counts(target, drafter, temperature, top_k, top_p, draws=SampledDraws(widths))
     impossible = [s for s in counts if exact[s] == 0]
     assert not impossible, f"produced outputs the target can never produce: {impossible[:3]}"
     assert any(a > 2 for a in lengths) and any(a == 1 for a in lengths), \
@@ -151,7 +140,7 @@ def test_sampled_tree_decoding_has_exactly_the_targets_distribution(small, kind,
 def test_a_sampled_tree_that_always_accepts_its_first_draw_fails_the_same_test(small, monkeypatch):
     monkeypatch.setattr(sampled_mod, "multi_draft_verify", lambda drafts, q, p, g: (0, int(drafts[0])))
     target, drafter = small[0], small[1]["dflash"]
-    counts, _ = tree_counts(target, drafter, 1.0, None, None)
+    counts, _ = tree_counts(target, drafter, 1.0, None, None, draws=SampledDraws())
     p = chi_square_p_value(counts, exact_distribution(target, 1.0, None, None), N_OTHER_PATHS)
     assert p < ALPHA, f"the test cannot tell an always-accepting tree from the right rule (p={p:.2e})"
 

@@ -264,12 +264,14 @@ def test_the_caches_after_a_tree_run_continue_like_a_fresh_prefill(target):
 
 # --------------------------------------------------------------------------- sampling: exactly the target's p
 
-def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS):
+def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS, draws=None):
+    """{output: count} and the acceptance lengths of n tree runs of 6 nodes (draws: a sampled tree's)."""
     g = torch.Generator().manual_seed(seed)
     counts, lengths = {}, []
     for _ in range(n):
         out, stats = tree_speculative_generate(target, drafter, PROMPT, H, tree_nodes=6,
-                                               temperature=temperature, top_k=top_k, top_p=top_p, generator=g)
+                                               temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
+                                               draws=draws)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         lengths += stats.acceptance_lengths
     return counts, lengths
