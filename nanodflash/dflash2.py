@@ -220,13 +220,21 @@ class DFlash2Drafter(Drafter):
         self.candidate_selector = CandidateSelector(target.config.vocab_size, c.n_embd, c.selector_rank,
                                                     c.selector_top_k)
 
-    def draft(self, cache, anchor, n_draft, choose):
-        """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
+    def block_candidates(self, cache, anchor, n_draft):
+        """One drafter pass over [anchor, MASK x n_draft] -> the slots' hidden (n, D) and logits (n, V), and
+        the selector's candidates (n, K) and transition table (n, K, K) (None when n_draft is 0). The path's
+        walk and both kinds of tree start from it."""
         hidden = self.block_hidden(cache, self.mask_block(cache, anchor, n_draft))[0, 1:]   # (n_draft, D)
         logits = self.target.lm_head(hidden)                                     # (n_draft, V)
         if n_draft == 0:
+            return hidden, logits, None, None
+        return (hidden, logits, *self.candidate_selector.transition_table(hidden, logits, anchor))
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
+        hidden, logits, cand, table = self.block_candidates(cache, anchor, n_draft)
+        if n_draft == 0:
             return choose(logits)
-        cand, table = self.candidate_selector.transition_table(hidden, logits, anchor)
         return self.candidate_selector.walk(cand, table, choose, hidden, logits)
 
     def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):

@@ -52,14 +52,11 @@ def slot_sampler(drafter, dcache, anchor, n_draft, temperature):
     after prev (CandidateSelector.slot_distribution); DFlash 1: the slot's own softmax, whatever came before.
     Both at sampling.draft_temperature(temperature)."""
     temperature = draft_temperature(temperature)
-    block = drafter.mask_block(dcache, anchor, n_draft)                      # (1, n+1) [anchor, MASK, ...]
-    selector = getattr(drafter, "candidate_selector", None)
-    if selector is not None:
-        hidden = drafter.block_hidden(dcache, block)[0, 1:]                      # (n, D)
-        logits = drafter.target.lm_head(hidden)                                  # (n, V)
-        cand, table = selector.transition_table(hidden, logits, anchor)
-        cand, table = cand.cpu(), table.detach().cpu()
+    if hasattr(drafter, "block_candidates"):                                     # DFlash 2
+        hidden, logits, cand, table = drafter.block_candidates(dcache, anchor, n_draft)
+        cand, table, selector = cand.cpu(), table.detach().cpu(), drafter.candidate_selector
         return lambda t, prev: selector.slot_distribution(t, prev, cand, table, hidden, logits, temperature)
+    block = drafter.mask_block(dcache, anchor, n_draft)                      # (1, n+1) [anchor, MASK, ...]
     q = probs_from_logits(drafter.block_logits(dcache, block)[0, 1:].detach().cpu(), temperature)   # (n, V)
     return lambda t, prev: q[t]
 

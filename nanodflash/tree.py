@@ -71,12 +71,10 @@ def slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature=TREE_TEMP
     """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K):
     logp[t, i, c] = log-prob of candidate c at slot t+1 after candidate i of slot t (for t = 0, after the
     anchor: every row the same), a softmax of the drafter's scores / tree_temperature."""
-    block = drafter.mask_block(dcache, anchor, n_draft)                       # (1, n+1) [anchor, MASK, ...]
-    selector = getattr(drafter, "candidate_selector", None)
-    if selector is not None:                                                  # DFlash 2: the transition table
-        hidden = drafter.block_hidden(dcache, block)[0, 1:]                   # (n, D)
-        cand, table = selector.transition_table(hidden, drafter.target.lm_head(hidden), anchor)
+    if hasattr(drafter, "block_candidates"):                                  # DFlash 2: the transition table
+        _, _, cand, table = drafter.block_candidates(dcache, anchor, n_draft)
         return cand.cpu(), (table.detach().cpu() / tree_temperature).log_softmax(-1)   # (n, K), (n, K, K)
+    block = drafter.mask_block(dcache, anchor, n_draft)                       # (1, n+1) [anchor, MASK, ...]
     logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()        # (n, V) DFlash 1: marginals
     k = min(DFLASH1_TOP_K, logits.size(-1))
     logp, cand = (logits / tree_temperature).log_softmax(-1).topk(k, dim=-1)  # (n, K) each
