@@ -29,12 +29,9 @@ def drafter(target):
 def small():
     """The sampled-tree tests' models: a peaked target on test_sampling_exact's tiny vocabulary, with a DFlash
     and a DFlash 2 drafter (selector and convolutions moved away from their start) of block size 4."""
-    from helpers import tiny_drafter, tiny_target
-    from test_dflash2 import tiny_dflash2
-    from test_sampling_exact import V
-    target = tiny_target(seed=11, vocab=V, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
-    drafters = {"dflash": tiny_drafter(target, seed=12, block_size=4, n_layer=1),
-                "dflash2": tiny_dflash2(target, seed=12, block_size=4, top_k=4, rank=4, group=8, perturb=0.5)}
+    from nanodflash.exercises.models import small_drafters, small_target
+    target = small_target()
+    drafters = small_drafters(target)
     return target, drafters
 
 

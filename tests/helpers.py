@@ -1,6 +1,6 @@
-"""What the tests share: tiny seeded models, float64 everywhere, so that batched and one-token forwards
-agree to ~1e-15 and greedy ties cannot flip an argmax by accident; oracle drafters; and ways to run the
-scripts (in this process, or as a subprocess to signal or kill). The fixtures and hooks are in conftest.py."""
+"""What the tests share: the tiny seeded models and oracle drafters (they live with the exercises, which
+check students' code on them: nanodflash/exercises/models.py), and ways to run the scripts (in this process,
+or as a subprocess to signal or kill). The fixtures and hooks are in conftest.py."""
 
 import contextlib
 import io
@@ -9,99 +9,21 @@ import runpy
 import subprocess
 import sys
 import traceback
-import types
 import warnings
-import weakref
 
 import torch
 
-from nanodflash.drafter import Drafter, DrafterConfig
-from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.speculative import generate
+from nanodflash.exercises.models import (  # noqa: F401 (the suite's models live with the exercises)
+    MASK_ID,
+    VOCAB,
+    OracleDrafter,
+    greedy_continuation,
+    soft_pair,
+    tiny_drafter,
+    tiny_target,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
-VOCAB, MASK_ID = 64, 63
-
-
-def tiny_target(seed=0, vocab=VOCAB, n_layer=3, n_embd=32, n_head=4, n_kv_head=2, head_scale=1.0,
-                max_seq_len=128):
-    torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=vocab, n_layer=n_layer, n_head=n_head, n_kv_head=n_kv_head, n_embd=n_embd,
-                    mlp_hidden=2 * n_embd, max_seq_len=max_seq_len)
-    target = GPT(cfg).double().eval()
-    with torch.no_grad():
-        target.lm_head.weight.mul_(head_scale)       # >1 makes the target's distributions peaked, not uniform
-    return target
-
-
-def tiny_drafter(target, seed=1, block_size=16, n_layer=1, mask_id=None):
-    torch.manual_seed(seed)
-    mask_id = target.config.vocab_size - 1 if mask_id is None else mask_id
-    cfg = DrafterConfig.for_target(target.config, mask_id, n_layer=n_layer, block_size=block_size,
-                                   n_target_layers=min(2, target.config.n_layer))
-    return Drafter(cfg, target).double().eval()
-
-
-def soft_pair(vocab=4):
-    """A one-layer target over `vocab` tokens with peaked distributions and a block-4 drafter softer than it
-    (q != p, so sampled drafts get rejected): small enough to enumerate every sampled continuation."""
-    target = tiny_target(seed=11, vocab=vocab, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=60.0)
-    drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
-    with torch.no_grad():
-        drafter.norm.weight.mul_(0.3)
-    return target, drafter
-
-
-_GREEDY_RUNS = weakref.WeakKeyDictionary()     # target -> the greedy token sequences computed so far
-
-
-def greedy_continuation(target, context, n, lookahead=64):
-    """`generate(target, context, n)`, served from an earlier, longer greedy run when `context` lies on it.
-
-    The oracle test doubles draft the target's own continuation at every step of a lossless decode, so each
-    context extends the last one along the same greedy path: one run `lookahead` tokens long serves many
-    steps, where a fresh `generate` per step would re-read the whole context each time."""
-    if n == 0:
-        return []
-    runs = _GREEDY_RUNS.setdefault(target, [])
-    run = next((r for r in runs if len(r) >= len(context) + n and r[:len(context)] == context), None)
-    if run is None:
-        extra = max(0, min(lookahead, target.config.max_seq_len - len(context) - n))
-        run = list(context) + generate(target, context, n + extra)
-        runs.append(run)
-    return run[len(context):len(context) + n]
-
-
-class OracleDrafter:
-    """A test double that drafts the target's own greedy continuation, then (optionally) breaks it.
-
-    `n_right(rng, n)` says how many leading drafts of a block are correct (default: all of them);
-    the rest are replaced by a wrong token. It sees token ids, never features -- the loop must not care.
-    """
-
-    def __init__(self, target, block_size, n_right=None, seed=0):
-        self.target, self.n_right = target, n_right
-        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0],
-                                            mask_token_id=MASK_ID)
-        self.rng = torch.Generator().manual_seed(seed)
-        self.calls = 0
-
-    def new_cache(self, max_len):
-        return []
-
-    def extend(self, cache, features, tokens):
-        cache.extend(tokens[0].tolist())
-
-    def draft(self, cache, anchor, n_draft, choose):
-        self.calls += 1
-        if n_draft == 0:
-            return choose(torch.zeros(0, self.target.config.vocab_size, dtype=torch.float64))
-        right = greedy_continuation(self.target, cache + [anchor], n_draft)
-        k = n_draft if self.n_right is None else self.n_right(self.rng, n_draft)
-        tokens = right[:k] + [(t + 1) % self.target.config.vocab_size for t in right[k:]]
-        vocab = self.target.config.vocab_size
-        logits = torch.nn.functional.one_hot(torch.tensor(tokens), vocab).double() * 30.0
-        return choose(logits)
 
 
 @contextlib.contextmanager

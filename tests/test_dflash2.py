@@ -6,30 +6,16 @@ import pytest
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.dflash2 import CandidateSelector, DFlash2Config, DFlash2Drafter, GroupedDynamicCausalConv
+from nanodflash.dflash2 import CandidateSelector, DFlash2Drafter, GroupedDynamicCausalConv
 from nanodflash.drafter import loss_decay_weights
+from nanodflash.exercises.models import tiny_dflash2
+from nanodflash.exercises.oracle import reference_walk
 from nanodflash.sampling import DraftRule, draft_temperature
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
 from test_sampling_exact import N_OTHER_PATHS, chi_square_p_value, exact_distribution, speculative_counts
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
-
-
-def tiny_dflash2(target, seed=1, block_size=16, n_layer=1, top_k=8, rank=8, group=8, perturb=0.0):
-    """A DFlash 2 drafter; perturb > 0 moves the convolutions and the selector away from their
-    identity start."""
-    torch.manual_seed(seed)
-    cfg = DFlash2Config.for_target(target.config, target.config.vocab_size - 1, n_layer=n_layer,
-                                   block_size=block_size, n_target_layers=min(2, target.config.n_layer),
-                                   selector_top_k=top_k, selector_rank=rank, conv_group_size=group)
-    d = DFlash2Drafter(cfg, target).double().eval()
-    if perturb:
-        with torch.no_grad():
-            for name, p in d.named_parameters():
-                if "conv" in name or "selector" in name:
-                    p.add_(perturb * torch.randn_like(p))
-    return d
 
 
 def test_fresh_dflash2_drafter_drafts_exactly_the_dflash_drafters_tokens(target):
@@ -109,16 +95,6 @@ def test_training_form_logits_and_selector_scores_equal_the_inference_path(targe
                 torch.testing.assert_close(table[t, int(i)], scores_t[t], rtol=0, atol=1e-10,
                                            msg=f"selector scores differ at slot {t + 1} "
                                                f"(sequence {n}, anchor {a})")
-
-
-def reference_walk(selector, hidden, logits, anchor):
-    """Plain loops: at each slot, score the candidates given the previous choice and take the best."""
-    prev, out = anchor, []
-    for t in range(hidden.size(0)):
-        cand, scores = selector.scores(hidden[t], logits[t], torch.tensor(prev))
-        prev = int(cand[int(scores.argmax())])
-        out.append(prev)
-    return out
 
 
 @pytest.mark.parametrize("seed", range(4))

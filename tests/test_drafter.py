@@ -7,22 +7,7 @@ import torch
 
 from helpers import tiny_drafter
 from nanodflash.drafter import default_target_layer_ids, loss_decay_weights, training_mask
-
-
-def reference_mask(anchors, seq_len, block_size):
-    """Plain loops: query (block b, slot i) may see context j iff j < a_b, and block keys of block b only."""
-    N, K = anchors.shape
-    m = torch.zeros(N, K * block_size, seq_len + K * block_size, dtype=torch.bool)
-    for n in range(N):
-        for b in range(K):
-            for i in range(block_size):
-                q = b * block_size + i
-                for j in range(seq_len):
-                    m[n, q, j] = j < int(anchors[n, b])
-                for b2 in range(K):
-                    for i2 in range(block_size):
-                        m[n, q, seq_len + b2 * block_size + i2] = b2 == b
-    return m
+from nanodflash.exercises.oracle import reference_mask
 
 
 @pytest.mark.parametrize("seed", range(5))

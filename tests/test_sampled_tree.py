@@ -5,37 +5,14 @@ import pytest
 import torch
 
 import nanodflash.sampled_tree as sampled_mod
+from nanodflash.exercises.oracle import far_apart, one_position_p_value, rule_counts, tree_counts
 from nanodflash.sampled_tree import SampledDraws, sample_tree
 from nanodflash.sampling import sample
 from nanodflash.tree import tree_speculative_generate
 from nanodflash.verify import multi_draft_verify, residual_distribution
 from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
-from test_tree import tree_counts
 
 N_RULE = 4000           # draws of the rule alone, on one position
-
-
-def rule_counts(rule, p, q, k, n=N_RULE, seed=0):
-    """Counts of the token `rule` emits, n times, each with k fresh drafts drawn from q."""
-    g = torch.Generator().manual_seed(seed)
-    counts = torch.zeros(p.numel())
-    for _ in range(n):
-        drafts = sample(q.expand(k, -1), g)
-        counts[rule(drafts, q, p, g)[1]] += 1
-    return counts
-
-
-def one_position_p_value(counts, p):
-    exact = {(i,): float(x) for i, x in enumerate(p)}
-    return chi_square_p_value({(i,): int(c) for i, c in enumerate(counts)}, exact, int(counts.sum()))
-
-
-def far_apart(seed, V=6):
-    """A target p and a draft q that disagree a lot (so rejections, residuals and repeats all happen)."""
-    g = torch.Generator().manual_seed(seed)
-    p = torch.softmax(3 * torch.randn(V, generator=g, dtype=torch.float64), -1)
-    q = torch.softmax(3 * torch.randn(V, generator=g, dtype=torch.float64), -1)
-    return p, q
 
 
 def test_a_single_draft_is_accepted_with_probability_min_one_p_over_q():

@@ -15,73 +15,30 @@ its temperature, or accepts 1.2 times too often, fails in 10 seeds of 10
 worst (test_sampling_kinds.py's uniform q with top-k and top-p on).
 """
 
-import itertools
-
 import pytest
 import torch
 
 from helpers import soft_pair
-from nanodflash.sampling import probs_from_logits, sample
-from nanodflash.speculative import speculative_generate
+from nanodflash.exercises.models import SMALL_VOCAB
+from nanodflash.exercises.oracle import (  # noqa: F401 (other files import them from here)
+    ALPHA,
+    N_OTHER_PATHS,
+    N_SAMPLES,
+    PROMPT,
+    H,
+    chi_square_p_value,
+    exact_distribution,
+    speculative_counts,
+)
+from nanodflash.sampling import sample
 from nanodflash.verify import residual_distribution
 
-V, PROMPT, H, N_SAMPLES, ALPHA = 4, [1, 2], 4, 600, 1e-4
-# The files that run these verifiers on other paths (other drafter kinds, the selector's q, auto block sizes)
-# guard against plumbing faults there, a wrong q or drafts not drawn from it, which fail by far at 400
-# samples; subtle faults of the verifiers themselves are this file's, at 600 (docs/log.md, "Power of the
-# chi-square tests").
-N_OTHER_PATHS = 400
+V = SMALL_VOCAB
 
 
 @pytest.fixture(scope="module")
 def models():
     return soft_pair(V)
-
-
-@torch.no_grad()
-def exact_distribution(target, temperature, top_k, top_p, prompt=PROMPT):
-    """{output tuple: probability under plain sampling from the target}, by enumeration: the product of the
-    target's conditionals along each of the V^H outputs, all from one forward."""
-    outputs = list(itertools.product(range(V), repeat=H))
-    seqs = torch.tensor([prompt + list(o) for o in outputs])           # (V^H, len(prompt) + H)
-    device = next(target.parameters()).device                          # (test_cuda.py passes a CUDA target)
-    logits, _ = target(seqs.to(device))
-    probs = probs_from_logits(logits[:, len(prompt) - 1: -1].cpu(), temperature, top_k, top_p)  # (V^H, H, V)
-    chosen = probs.gather(-1, seqs[:, len(prompt):, None])[..., 0]     # (V^H, H)
-    return dict(zip(outputs, chosen.prod(-1).tolist()))
-
-
-def chi_square_p_value(counts, exact, n):
-    bins, pooled_obs, pooled_exp, stat = 0, 0.0, 0.0, 0.0
-    for seq, p in exact.items():
-        obs, exp = counts.get(seq, 0), n * p
-        if exp >= 5:
-            stat += (obs - exp) ** 2 / exp
-            bins += 1
-        else:
-            pooled_obs, pooled_exp = pooled_obs + obs, pooled_exp + exp
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / max(pooled_exp, 1e-12)
-        bins += 1
-    df = bins - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
-
-
-def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0, block_size=4, sizes=None,
-                       n=N_SAMPLES):
-    """{output: count} and the acceptance lengths of n runs; `sizes` (a set) collects the block sizes."""
-    g = torch.Generator().manual_seed(seed)
-    counts, lengths = {}, []
-    for _ in range(n):
-        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=block_size,
-                                          temperature=temperature, top_k=top_k, top_p=top_p,
-                                          verifier=verifier, generator=g)
-        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
-        lengths += stats.acceptance_lengths
-        if sizes is not None:
-            sizes.update(stats.block_sizes)
-    return counts, lengths
 
 
 CONFIGS = [(0.7, None, None), (1.0, 2, None), (1.0, None, 0.8)]

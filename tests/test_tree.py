@@ -1,17 +1,17 @@
 """Tree verification (tree.py): the tree mask, one target pass = every path alone, the compacted cache, the
 single path as a special case, lossless greedy and sampled decoding, and clear errors."""
 
-import types
 
 import pytest
 import torch
 
 import nanodflash.tree as tree_mod
-from helpers import MASK_ID, greedy_continuation, tiny_drafter
+from helpers import tiny_drafter
+from nanodflash.exercises.models import OracleTreeDrafter, random_prefix, tiny_dflash2
+from nanodflash.exercises.oracle import ancestors, random_tree, tree_counts
 from nanodflash.sampling import probs_from_logits, sample
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import (
-    Tree,
     accept_path,
     draft_tree,
     keep_path,
@@ -19,64 +19,9 @@ from nanodflash.tree import (
     tree_speculative_generate,
     verify_tree,
 )
-from test_dflash2 import tiny_dflash2
-from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
+from test_sampling_exact import ALPHA, N_OTHER_PATHS, chi_square_p_value, exact_distribution
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
-
-
-class OracleTreeDrafter:
-    """A DFlash-1-style test double: slot j's logits put the target's true greedy token on top for the first
-    n_right(rng, n) slots, and after those a wrong token on top with the true one pushed out of the top-K."""
-
-    def __init__(self, target, block_size, n_right=None, seed=0):
-        self.target, self.n_right = target, n_right
-        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0],
-                                            mask_token_id=MASK_ID)
-        self.rng = torch.Generator().manual_seed(seed)
-
-    def new_cache(self, max_len):
-        return []
-
-    def extend(self, cache, features, tokens):
-        cache.extend(tokens[0].tolist())
-
-    def mask_block(self, cache, anchor, n_draft):
-        return torch.tensor([[anchor] + [MASK_ID] * n_draft])
-
-    def draft(self, cache, anchor, n_draft, choose):  # what speculative_generate calls (as Drafter.draft)
-        return choose(self.block_logits(cache, self.mask_block(cache, anchor, n_draft))[0, 1:])
-
-    def block_logits(self, cache, block):
-        n, vocab = block.size(1) - 1, self.target.config.vocab_size
-        right = greedy_continuation(self.target, cache + [int(block[0, 0])], n)
-        k = n if self.n_right is None else self.n_right(self.rng, n)
-        logits = torch.zeros(1, n + 1, vocab, dtype=torch.float64)
-        for j in range(n):
-            if j < k:
-                logits[0, j + 1, right[j]] = 5.0
-            else:
-                logits[0, j + 1, (right[j] + 1) % vocab] = 5.0
-                logits[0, j + 1, right[j]] = -50.0
-        return logits
-
-
-def random_prefix(rng, n):
-    return int(torch.randint(0, n + 1, (1,), generator=rng))
-
-
-def random_tree(seed, n):
-    g = torch.Generator().manual_seed(seed)
-    parent, depth = [-1], [0]
-    for i in range(1, n + 1):
-        p = int(torch.randint(0, i, (1,), generator=g))
-        parent.append(p)
-        depth.append(depth[p] + 1)
-    tokens = [int(t) for t in torch.randint(0, 60, (n + 1,), generator=g)]
-    children = [{} for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        children[parent[i]].setdefault(tokens[i], i)
-    return Tree(tokens, parent, depth, [0.0] * (n + 1), children)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -84,13 +29,9 @@ def test_tree_mask_lets_each_node_see_exactly_itself_and_its_ancestors(seed):
     tree = random_tree(seed, 20)
     mask = tree_mask(tree.parent)
     for i in range(len(tree)):
-        ancestors, j = {i}, i
-        while tree.parent[j] >= 0:
-            j = tree.parent[j]
-            ancestors.add(j)
         for j in range(len(tree)):
-            assert bool(mask[i, j]) == (j in ancestors), \
-                f"tree {seed}: mask[{i}, {j}] should be {j in ancestors}"
+            assert bool(mask[i, j]) == (j in ancestors(tree.parent, i)), \
+                f"tree {seed}: mask[{i}, {j}] should be {j in ancestors(tree.parent, i)}"
 
 
 def prefilled(target, tokens, extra=0):
@@ -263,19 +204,6 @@ def test_the_caches_after_a_tree_run_continue_like_a_fresh_prefill(target):
 
 
 # --------------------------------------------------------------------------- sampling: exactly the target's p
-
-def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS, draws=None):
-    """{output: count} and the acceptance lengths of n tree runs of 6 nodes (draws: a sampled tree's)."""
-    g = torch.Generator().manual_seed(seed)
-    counts, lengths = {}, []
-    for _ in range(n):
-        out, stats = tree_speculative_generate(target, drafter, PROMPT, H, tree_nodes=6,
-                                               temperature=temperature, top_k=top_k, top_p=top_p, generator=g,
-                                               draws=draws)
-        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
-        lengths += stats.acceptance_lengths
-    return counts, lengths
-
 
 @pytest.mark.parametrize("kind,temperature,top_k,top_p",
                          [("dflash", 0.7, None, None), ("dflash", 1.0, 2, None),

@@ -1,0 +1,141 @@
+"""The exercises: which library function a student writes, where it is taught, and the claims it must meet.
+
+Each exercise is the library's own function: `check` swaps the student's version in wherever the library
+holds it, so the decoders run it. A skeleton is written from the function's real signature and docstring,
+with a TODO that says what to build.
+"""
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+from . import claims_sampling as cs
+from . import claims_train as ct
+from . import claims_tree as ctree
+from . import claims_verify as cv
+
+
+@dataclass
+class Exercise:
+    name: str              # the library's function
+    module: str            # where it lives
+    notebook: str          # the notebook and section that teach it
+    minutes: int           # a fair time for a first attempt
+    what: str              # what you write, in one line
+    todo: str              # the skeleton's TODO: the steps, not the code
+    claims: tuple          # claim functions (claims_*.py)
+    imports: str = "import torch"   # the skeleton's imports
+
+    def original(self):
+        return getattr(importlib.import_module(self.module), self.name)
+
+
+EXERCISES = [
+    Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2-5: draft, verify, accept, "
+             "roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
+             "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
+             "argmax of the row right after them.",
+             (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
+              cv.claim_greedy_speculative_equals_greedy_decoding)),
+    Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
+             "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
+             "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
+             "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
+             (cv.claim_match_decoding_has_exactly_the_targets_distribution,)),
+    Exercise("rejection_verify", "nanodflash.verify", "why lossless: 'One position, computed exactly'", 25,
+             "sampling, drafts drawn from q: accept with min(1, p/q), else draw from the residual",
+             "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
+             "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
+             "the last row of target_probs.",
+             (cv.claim_rejection_accepts_every_draft_when_q_equals_p,
+              cv.claim_rejection_decoding_has_exactly_the_targets_distribution),
+             "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
+             "residual_distribution"),
+    Exercise("residual_distribution", "nanodflash.verify",
+             "why lossless: 'One position, computed exactly'", 10,
+             "the distribution a rejected draft is replaced from: normalize(max(0, p - q))",
+             "clamp p - q at 0, divide each row by its sum; where a row's sum is 0 (p == q), return p's row.",
+             (cv.claim_residual_is_the_normalized_positive_part_of_p_minus_q,
+              cv.claim_rejection_decoding_has_exactly_the_targets_distribution)),
+    Exercise("probs_from_logits", "nanodflash.sampling", "why lossless: 'The real models, sampling'", 25,
+             "logits to the distribution plain sampling draws from: temperature, then top-k, then top-p",
+             "T = 0: one-hot on the argmax. Else divide by T; keep the top_k largest logits (-inf "
+             "elsewhere); softmax; keep the smallest set of most likely tokens whose mass reaches top_p; "
+             "renormalise. Work along the last dimension, in float64.",
+             (cs.claim_probs_agree_with_a_plain_reference, cs.claim_probs_work_on_a_batch_of_rows,
+              cs.claim_sampled_decoding_stays_exact_with_it)),
+    Exercise("training_mask", "nanodflash.drafter", "the drafter: 'Training: many anchors, one pass'", 20,
+             "what each training block may see: context before its anchor, and its own slots",
+             "build (N, K*B, S) 'context position j < the block's anchor' and (K*B, K*B) 'same block', "
+             "broadcast, and concatenate along the last dimension.",
+             (ct.claim_training_mask_equals_the_plain_loop_reference,)),
+    Exercise("loss_decay_weights", "nanodflash.drafter", "training what matters: '1. Loss-decay weights'", 10,
+             "the paper's loss weight per slot: early slots matter most",
+             "w_k = exp(-(k-1)/gamma) for k = 1..B-1 and 0 for slot 0; gamma None: 7 for B=16, 5 for 10, 4 "
+             "for 8, else max(1, B/2).",
+             (ct.claim_decay_weights_follow_the_papers_formula,)),
+    Exercise("tree_mask", "nanodflash.tree", "trees: '2. The tree mask'", 10,
+             "which tree nodes each node may attend to in the verify pass",
+             "parent[i] is node i's parent (-1 for the root; parents come before their children); node i "
+             "sees itself and everything its parent sees.",
+             (ctree.claim_tree_mask_lets_each_node_see_exactly_its_ancestors,
+              ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
+    Exercise("accept_path", "nanodflash.tree", "trees: '3. Verify in one pass, and the path the target took'",
+             20, "walk down the tree while the target's token is a child",
+             "at each node take y = the target's token (argmax, or a draw from probs_from_logits at the "
+             "temperature); go to the child whose token is y (tree.children[node]); stop when there is none "
+             "and return (the nodes walked, root first; y).",
+             (ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
+              ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
+              ctree.claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution),
+             "import torch\n\nfrom nanodflash.sampling import probs_from_logits, sample"),
+    Exercise("keep_path", "nanodflash.tree",
+             "trees: '3. Verify in one pass, and the path the target took'", 15,
+             "after a tree pass, move the kept nodes' keys/values into place and drop the rest",
+             "node i of the tree sits at position start + i; copy the keys and values of the path's nodes to "
+             "start, start + 1, ... (cache.k and cache.v are (L, 1, H, max_len, hd)), then cache.crop.",
+             (ctree.claim_keep_path_leaves_the_cache_of_a_fresh_prefill,
+              ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
+    Exercise("greedy_walk", "nanodflash.dflash2", "DFlash 2: '4. The selector's walk, step by step'", 20,
+             "DFlash 2's greedy walk through the candidates, one predecessor at a time",
+             "start at row 0 of table[0] (after the anchor); at slot t take the candidate with the best "
+             "score in the row of the candidate chosen at slot t-1; return the chosen tokens. The (n, K) "
+             "form is enough here (the library's also takes R blocks at once).",
+             (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
+              ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding),
+             "import numpy as np\nimport torch"),
+    Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
+             "q, and several drafts for one slot'", 25,
+             "several drafts for one position: test each against what the rejected ones left (recursive "
+             "rejection)",
+             "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
+             "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
+             (cv.claim_multi_draft_emits_exactly_p, cv.claim_multi_draft_accepts_more_with_more_drafts,
+              cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
+             "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
+             "residual_distribution"),
+]
+BY_NAME = {e.name: e for e in EXERCISES}
+
+
+def skeleton(exercise):
+    """The starting file: imports, the real signature and docstring, a TODO, and NotImplementedError."""
+    fn = exercise.original()
+    doc = inspect.getdoc(fn) or ""
+    body = "\n".join(("    " + line).rstrip() for line in doc.splitlines())
+    todo = wrap(exercise.todo, "    # ")
+    header = (f'"""Exercise {exercise.name}: {exercise.what}.\n\nTaught in: {exercise.notebook}.\n'
+              f'Check it with: python -m nanodflash.exercises check {exercise.name} THIS_FILE\n"""\n')
+    signature = f"def {exercise.name}{inspect.signature(fn)}:"
+    return (f'{header}\n{exercise.imports}\n\n\n{signature}\n    """\n{body}\n    """\n'
+            f'    # TODO: {todo.lstrip()[2:]}\n    raise NotImplementedError\n')
+
+
+def wrap(text, prefix, width=110):
+    words, lines, line = text.split(), [], prefix
+    for w in words:
+        if len(line) + len(w) + 1 > width and line.strip() != prefix.strip():
+            lines.append(line)
+            line = prefix
+        line += (" " if line != prefix else "") + w
+    return "\n".join(lines + [line])

@@ -1,0 +1,107 @@
+"""Running an exercise's claims against a function: each claim prints PASS or FAIL, and on a failure what went
+wrong, in words.
+
+    results = run_checks(exercise, fn)          # [(claim text, None or the failure message), ...]
+
+A claim is a function claim(student) that returns when the claim holds and raises Failed(message) when it
+does not. `student.installed()` puts the function in place of the library's for a `with` block; outside it
+the library is itself, which is where the claims compute their references.
+"""
+
+import contextlib
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+from .swap import swapped
+
+CLAIM_SECONDS = 60       # a claim running longer fails (an endless loop, or a very slow answer)
+
+
+class Failed(AssertionError):
+    """A claim that does not hold; the message says how, for a student."""
+
+
+class TimeLimit(Exception):
+    pass
+
+
+@dataclass
+class Student:
+    """The function being checked (a student's, or the library's own) and the library's original."""
+    name: str
+    fn: object
+    original: object
+
+    def installed(self):
+        """A `with` block in which the library calls `fn` wherever it calls the original."""
+        if self.fn is self.original:
+            return contextlib.nullcontext()
+        return swapped(self.original, self.fn)
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimit in the block after `seconds` (on the main thread, where signals arrive; elsewhere, no
+    limit)."""
+    def stop(signum, frame):
+        raise TimeLimit()
+    try:
+        previous = signal.signal(signal.SIGALRM, stop)
+    except ValueError:                                   # not the main thread
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def where_it_broke(error, path):
+    """' (my_file.py, line 12)' for the deepest traceback line in the student's file, else ''."""
+    if path is None:
+        return ""
+    lines = [f for f in traceback.extract_tb(error.__traceback__)
+             if os.path.abspath(f.filename) == os.path.abspath(path)]
+    return f" ({os.path.basename(path)}, line {lines[-1].lineno})" if lines else ""
+
+
+def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
+    """None when the claim holds, else the message that says why not."""
+    try:
+        with time_limit(seconds):
+            claim(student)
+        return None
+    except Failed as e:
+        return str(e)
+    except TimeLimit:
+        return f"took longer than {seconds} s: does your function loop forever?"
+    except Exception as e:                               # the student's function raised
+        return f"your {student.name} raised {type(e).__name__}: {e}{where_it_broke(e, path)}"
+
+
+def run_checks(exercise, fn, path=None, out=None):
+    """Every claim of `exercise` against `fn`; prints one line per claim to `out` (a file, or None for
+    silence) -> [(claim text, None or the failure message)]."""
+    student = Student(exercise.name, fn, exercise.original())
+    results = []
+    for claim in exercise.claims:
+        t0 = time.perf_counter()
+        message = run_claim(claim, student, path)
+        results.append((claim.__doc__, message))
+        if out is not None:
+            verdict = "PASS" if message is None else "FAIL"
+            print(f"{verdict}  {claim.__doc__}  ({time.perf_counter() - t0:.1f} s)", file=out)
+            if message is not None:
+                print("      " + message.replace("\n", "\n      "), file=out)
+    if out is not None:
+        failed = sum(m is not None for _, m in results)
+        if failed:
+            print(f"\n{failed} of {len(results)} claims failed. Reread: {exercise.notebook}.", file=out)
+        else:
+            print(f"\nAll {len(results)} claims hold: {exercise.name} is right.", file=out)
+    return results

@@ -1,0 +1,115 @@
+"""The claims of the sampling-transform exercise, probs_from_logits: temperature, then top-k, then top-p,
+against a plain reference, and sampled decoding exact with it in place."""
+
+import math
+
+import torch
+
+from .check import Failed
+from .claims_verify import exactly_p
+
+# (logits, temperature, top_k, top_p): the nucleus cases put the top_p boundary exactly between two tokens'
+# masses, where "keep while the mass BEFORE the token is < top_p" and "... including the token" differ
+CASES = [
+    ([2.0, 1.0, 0.0, -1.0], 0, None, None),
+    ([2.0, 1.0, 0.0, -1.0], 1.0, None, None),
+    ([2.0, 1.0, 0.0, -1.0], 0.5, None, None),
+    ([2.0, 1.0, 0.0, -1.0], 2.0, 2, None),
+    ([0.3, -1.2, 2.5, 0.0, 1.1], 0.7, 3, None),
+    ([math.log(0.5), math.log(0.3), math.log(0.2)], 1.0, None, 0.7),
+    ([math.log(0.5), math.log(0.3), math.log(0.2)], 1.0, None, 0.85),
+    ([math.log(0.5), math.log(0.3), math.log(0.2)], 1.0, None, 0.45),
+    ([3.0, 2.0, 1.0, 0.0, -1.0], 0.5, None, 0.9),
+    ([3.0, 2.0, 1.0, 0.0, -1.0], 2.0, None, 0.9),
+    ([1.0, 3.0, 2.0, 0.5, 2.5, -1.0], 0.7, 4, 0.8),
+    ([1.0, 3.0, 2.0, 0.5, 2.5, -1.0], 1.3, 5, 0.95),
+]
+
+
+def reference_probs(logits, temperature, top_k, top_p):
+    """Plain Python, one row: the one-hot argmax at T = 0; else divide by T, keep the top_k largest logits,
+    softmax, then keep each token (largest first) while the mass of the tokens before it is < top_p, and
+    renormalise."""
+    V = len(logits)
+    if temperature == 0:
+        best = max(range(V), key=lambda i: logits[i])
+        return [1.0 if i == best else 0.0 for i in range(V)]
+    z = [x / temperature for x in logits]
+    if top_k is not None and top_k < V:
+        kth = sorted(z, reverse=True)[top_k - 1]
+        z = [x if x >= kth else -math.inf for x in z]
+    m = max(z)
+    e = [math.exp(x - m) for x in z]
+    probs = [x / sum(e) for x in e]
+    if top_p is not None and top_p < 1:
+        kept, before = [0.0] * V, 0.0
+        for i in sorted(range(V), key=lambda i: -probs[i]):
+            if before < top_p:
+                kept[i] = probs[i]
+            before += probs[i]
+        probs = [x / sum(kept) for x in kept]
+    return probs
+
+
+def fmt(xs):
+    return "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+
+
+def top_p_first(logits, temperature, top_k, top_p):
+    """A known mistake: the nucleus chosen at temperature 1, the temperature applied after."""
+    kept = reference_probs(logits, 1.0, top_k, top_p)
+    return reference_probs([x / temperature if p > 0 else -math.inf for x, p in zip(logits, kept)], 1.0, None,
+                           None)
+
+
+def close(a, b):
+    return all(abs(x - y) <= 1e-6 for x, y in zip(a, b))
+
+
+def diagnose(logits, temperature, top_k, top_p, got):
+    """A sentence naming the likely mistake, when `got` has its symptom; '' otherwise."""
+    if top_p is not None and temperature not in (0, 1) and close(got, top_p_first(logits, temperature, top_k,
+                                                                                     top_p)):
+        return " You applied top-p before the temperature: divide the logits by T first, then truncate."
+    if top_p is not None:
+        n_got = sum(p > 1e-12 for p in got)
+        n_want = sum(p > 1e-12 for p in reference_probs(logits, temperature, top_k, top_p))
+        if n_got == n_want - 1:
+            return (" You dropped the token that carries the mass across top_p: the nucleus keeps a token "
+                    "while the mass of the tokens BEFORE it is < top_p (the smallest set whose mass reaches "
+                    "top_p).")
+        if n_got == n_want + 1:
+            return " You kept one token too many: stop once the tokens kept hold at least top_p of the mass."
+    if abs(sum(got) - 1) > 1e-6:
+        return f" Your probabilities sum to {sum(got):.4f}: renormalise after truncating."
+    return ""
+
+
+def claim_probs_agree_with_a_plain_reference(student):
+    """agrees with a plain reference: temperature, then top-k, then top-p (the nucleus exactly)"""
+    for logits, temperature, top_k, top_p in CASES:
+        got = student.fn(torch.tensor(logits, dtype=torch.float64), temperature, top_k, top_p)
+        if not isinstance(got, torch.Tensor) or got.shape != (len(logits),):
+            raise Failed(f"for logits of shape ({len(logits)},) it must return probabilities of that shape; "
+                         f"got {getattr(got, 'shape', type(got).__name__)}")
+        got = got.double().tolist()
+        want = reference_probs(logits, temperature, top_k, top_p)
+        if any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
+            setting = f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
+            raise Failed(f"for logits {fmt(logits)} with {setting}: yours {fmt(got)}, expected {fmt(want)}."
+                         + diagnose(logits, temperature, top_k, top_p, got))
+
+
+def claim_probs_work_on_a_batch_of_rows(student):
+    """works on a batch of rows (..., V) at once, each row as on its own"""
+    logits = torch.tensor([c[0] for c in CASES if len(c[0]) == 5], dtype=torch.float64)   # (2, 5)
+    got = student.fn(logits, 0.7, 3, 0.9)
+    rows = torch.stack([student.fn(row, 0.7, 3, 0.9) for row in logits])
+    if not isinstance(got, torch.Tensor) or got.shape != logits.shape or not torch.allclose(got, rows):
+        raise Failed("a (2, V) batch of logits must give, row by row, what each row gives alone (the "
+                     "decoders transform every position of a block at once): work along the last dimension")
+
+
+def claim_sampled_decoding_stays_exact_with_it(student):
+    """sampled speculative decoding with it in place has exactly the target's distribution"""
+    exactly_p(student, "rejection", n=400, what="decoding with your transform")

@@ -1,0 +1,169 @@
+"""The claims of the tree exercises (tree_mask, accept_path, keep_path) and of DFlash 2's greedy walk."""
+
+import torch
+
+from ..dflash2 import CandidateSelector
+from ..speculative import speculative_generate
+from ..tree import tree_speculative_generate, verify_tree
+from .check import Failed
+from .claims_verify import PROMPTS, compare_with_greedy
+from .models import small_drafters, soft_pair, tiny_dflash2, tiny_target
+from .oracle import (
+    ALPHA,
+    N_OTHER_PATHS,
+    ancestors,
+    chi_square_p_value,
+    exact_distribution,
+    random_tree,
+    reference_walk,
+    tree_counts,
+)
+
+
+def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
+    """every node sees exactly itself and its ancestors"""
+    for seed in range(5):
+        tree = random_tree(seed, 20)
+        got = student.fn(tree.parent)
+        n = len(tree)
+        if not isinstance(got, torch.Tensor) or got.shape != (n, n):
+            raise Failed(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
+                         f"{tuple(getattr(got, 'shape', ()))}")
+        for i in range(n):
+            want = ancestors(tree.parent, i)
+            sees = {j for j in range(n) if bool(got[i, j])}
+            if sees != want:
+                raise Failed(f"node {i} (parent {tree.parent[i]}) must see {sorted(want)}, itself and its "
+                             f"ancestors; yours lets it see {sorted(sees)} (parents {tree.parent})")
+
+
+def tree_decode(nodes):
+    return lambda t, d, p, n: tree_speculative_generate(t, d, p, n, tree_nodes=nodes)[0]
+
+
+def claim_greedy_tree_decoding_equals_greedy_decoding(student):
+    """greedy tree decoding with it is token-identical to plain greedy decoding"""
+    compare_with_greedy(student, tree_decode(8), "your tree decoding's output", tree=True)
+
+
+def claim_accept_path_follows_the_targets_token_down_the_tree(student):
+    """walks down the child whose token is the target's (argmax), then returns that token as the bonus"""
+    for seed in range(5):
+        t = random_tree(seed, 12, vocab=64)
+        logits = torch.randn(len(t), 64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        node, expect = 0, [0]
+        while t.children[node]:                       # the target agrees with the LAST child (not the first)
+            token, child = list(t.children[node].items())[-1]
+            logits[node, token] = 10.0
+            node = child
+            expect.append(node)
+        result = student.fn(t, logits)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise Failed(f"accept_path must return (path, bonus); yours returned {result!r}")
+        path, bonus = list(result[0]), int(result[1])
+        want_bonus = int(logits[node].argmax())
+        if path != expect:
+            j = next((j for j, (a, b) in enumerate(zip(path, expect)) if a != b), min(len(path), len(expect)))
+            at = expect[j - 1]
+            raise Failed(f"at node {at} the target's token is {int(logits[at].argmax())}"
+                         + (f", the token of its child {expect[j]}: go there" if j < len(expect) else
+                            ", which no child of it has: stop there")
+                         + f"; your path {path}, the target's {expect}. Follow the target's token, not the "
+                           "drafter's order or scores.")
+        if bonus != want_bonus:
+            raise Failed(f"the bonus is the target's token at the last accepted node ({want_bonus}); yours "
+                         f"{bonus}")
+
+
+def claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution(student):
+    """sampled top-K tree decoding with it has exactly the target's distribution (T=0.7; T=1 with top-k)"""
+    target = soft_pair()[0]
+    drafter = small_drafters(target)["dflash"]
+    for temperature, top_k in ((0.7, None), (1.0, 2)):
+        exact = exact_distribution(target, temperature, top_k, None)
+        with student.installed():
+            counts, lengths = tree_counts(target, drafter, temperature, top_k, None)
+        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
+        if value < ALPHA:
+            raise Failed(f"sampled tree decoding does not follow the target's distribution at "
+                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
+                         "rule fails with probability 1e-4). Draw ONE token y from p at each node, go to the "
+                         "child with token y, and emit that same y when there is none.")
+
+
+def prefilled(target, tokens, extra=0):
+    cache = target.new_cache(1, len(tokens) + extra)
+    target(torch.tensor([tokens]), cache)
+    return cache
+
+
+def claim_keep_path_leaves_the_cache_of_a_fresh_prefill(student):
+    """after a tree pass, the cache equals a fresh prefill of the prompt and the kept path"""
+    target, prompt, tree = tiny_target(), PROMPTS[2], random_tree(3, 30)
+    deepest = max(range(len(tree)), key=lambda i: tree.depth[i])
+    full = tree.path(deepest)
+    for path in ([0], full[: len(full) // 2 + 1], full):
+        cache = prefilled(target, prompt, len(tree) + 1)
+        start = cache.length
+        verify_tree(target, cache, tree)
+        student.fn(cache, start, path)
+        kept = prompt + [tree.tokens[i] for i in path]
+        fresh, n = prefilled(target, kept, 1), len(kept)
+        if cache.length != n:
+            raise Failed(f"after keeping a path of {len(path)} nodes (the root included) the cache holds {n} "
+                         f"tokens; yours says {cache.length}: crop after the kept nodes")
+        for pos in range(start, n):
+            if not torch.allclose(cache.k[:, :, :, pos], fresh.k[:, :, :, pos], atol=1e-10) or \
+                    not torch.allclose(cache.v[:, :, :, pos], fresh.v[:, :, :, pos], atol=1e-10):
+                node = path[pos - start]
+                raise Failed(f"position {pos} must hold the keys/values of the path's node {node} (the tree "
+                             f"wrote them at {start + node}); yours holds something else: move each kept "
+                             "node's keys/values to start + its index on the path")
+
+
+def walk_cases():
+    """Selectors whose pair term changes choices (a fresh one scores only the drafter's logits)."""
+    for seed in range(4):
+        torch.manual_seed(seed)
+        sel = CandidateSelector(vocab_size=50, dim=12, rank=6, top_k=5).double()
+        with torch.no_grad():
+            sel.successor_codebook.weight.normal_(std=2.0)
+            sel.hidden_projection.weight.normal_(std=1.0)
+        hidden, logits = torch.randn(9, 12, dtype=torch.float64), torch.randn(9, 50, dtype=torch.float64)
+        yield sel, hidden, logits
+
+
+def claim_walk_takes_the_best_candidate_after_the_one_before(student):
+    """at each slot takes the best candidate after the one chosen at the slot before"""
+    for sel, hidden, logits in walk_cases():
+        cand, table = sel.transition_table(hidden, logits, anchor=7)
+        want = reference_walk(sel, hidden, logits, 7)
+        got = student.fn(cand, table)
+        got = got.tolist() if isinstance(got, torch.Tensor) else list(got)
+        if got != want:
+            t = next(t for t, (a, b) in enumerate(zip(got, want + [None] * len(got))) if a != b)
+            row = 0 if t == 0 else cand[t - 1].tolist().index(want[t - 1])
+            raise Failed(f"slot {t + 1}: yours {got[t]}, the walk's {want[t]}, the best candidate after "
+                         f"{'the anchor' if t == 0 else want[t - 1]} (row {row} of table[{t}]). Take "
+                         "each "
+                         "slot's best candidate given the one chosen before it, not the best of the slot on "
+                         "its own.")
+
+
+def claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding(student):
+    """DFlash 2 greedy decoding with it is token-identical to plain greedy decoding, drafting the library's
+    tokens"""
+    target = tiny_target()
+    drafter = tiny_dflash2(target, block_size=8, perturb=0.5)
+    for i, prompt in enumerate(PROMPTS):
+        want, stats = speculative_generate(target, drafter, prompt, 40)
+        with student.installed():
+            got, mine = speculative_generate(target, drafter, prompt, 40)
+        if got != want:
+            raise Failed(f"DFlash 2 greedy decoding with your walk differs from plain greedy decoding on "
+                         f"prompt {i}")
+        if mine.acceptance_lengths != stats.acceptance_lengths:
+            raise Failed(f"lossless, but your walk drafts other tokens than the library's on prompt {i}: "
+                         f"acceptance lengths {mine.acceptance_lengths[:8]}... for "
+                         f"{stats.acceptance_lengths[:8]}...")
+

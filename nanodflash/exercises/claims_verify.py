@@ -1,0 +1,247 @@
+"""The claims of the verification exercises: greedy_verify, match_verify, rejection_verify,
+residual_distribution and multi_draft_verify. Each claim's docstring is the claim; it raises Failed with
+what went wrong (check.py). References come from oracle.py and from the library's originals, imported here
+before any swap.
+"""
+
+import torch
+
+from ..sampled_tree import SampledDraws
+from ..speculative import generate, speculative_generate
+from ..verify import greedy_verify, residual_distribution
+from .check import Failed
+from .models import (
+    OracleDrafter,
+    OracleTreeDrafter,
+    random_prefix,
+    small_drafters,
+    soft_pair,
+    tiny_dflash2,
+    tiny_drafter,
+    tiny_target,
+)
+from .oracle import (
+    ALPHA,
+    N_OTHER_PATHS,
+    N_SAMPLES,
+    chi_square_p_value,
+    exact_distribution,
+    far_apart,
+    one_position_p_value,
+    rule_counts,
+    speculative_counts,
+    tree_counts,
+)
+
+PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]   # the greedy claims' prompts
+# sampled claims: (temperature, top_k, top_p); top-k and top-p change the target's p, so a rule that samples
+# the wrong distribution at the bonus or the residual shows
+SAMPLED = [(0.7, None, None), (1.0, 2, None), (1.0, None, 0.8)]
+
+
+def two_ints(result, name):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Failed(f"{name} must return a pair (n_accepted, next_token); yours returned {result!r}")
+    try:
+        return int(result[0]), int(result[1])
+    except (TypeError, ValueError):
+        raise Failed(f"{name} must return two ints; yours returned {result!r}") from None
+
+
+def greedy_blocks(seed, n_cases=40, V=16):
+    """Hand-made verification cases: (drafts (n,), target logits (n+1, V)), drafts that agree with the
+    target's argmax for a random number of slots, then a disagreement, then anything (agreeing again too)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(n_cases):
+        n = int(torch.randint(0, 8, (1,), generator=g))
+        logits = torch.randn(n + 1, V, generator=g, dtype=torch.float64)
+        best = logits.argmax(-1)
+        k = int(torch.randint(0, n + 1, (1,), generator=g))
+        drafts = best[:n].clone()
+        if k < n:
+            drafts[k] = (best[k] + 1) % V
+            drafts[k + 1:] = torch.where(torch.rand(n - k - 1, generator=g) < 0.5, best[k + 1:n],
+                                         torch.randint(0, V, (n - k - 1,), generator=g))
+        yield drafts, logits
+
+
+def claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token(student):
+    """keeps the drafts up to the first the target disagrees with, then the target's own token"""
+    for drafts, logits in greedy_blocks(0):
+        best = logits.argmax(-1).tolist()
+        want_n, want_bonus = greedy_verify(drafts, logits)
+        n_acc, bonus = two_ints(student.fn(drafts, logits), "greedy_verify")
+        d = drafts.tolist()
+        case = f"drafts {d}, target's argmax per row {best}"
+        if n_acc > want_n:
+            if want_n == len(d):
+                raise Failed(f"you kept {n_acc} drafts, but there are only {len(d)} ({case})")
+            raise Failed(f"you kept {n_acc} drafts, but draft {want_n + 1} ({d[want_n]}) is not the target's "
+                         f"token ({best[want_n]}): you accepted a draft the target disagreed with; after the "
+                         f"first disagreement nothing is kept, the later drafts followed a wrong token "
+                         f"({case})")
+        if n_acc < want_n:
+            raise Failed(f"you kept {n_acc} drafts, but the first {want_n} equal the target's argmax: draft "
+                         f"{n_acc + 1} ({d[n_acc]}) should have been kept ({case})")
+        if bonus != want_bonus:
+            hint = (" You took it from row n_accepted - 1; row i of target_logits is the target's view after "
+                    "the first i drafts, so the token after the kept ones is row n_accepted's."
+                    if n_acc > 0 and bonus == best[n_acc - 1] else "")
+            raise Failed(f"after {n_acc} kept drafts the next token must be the target's argmax at row "
+                         f"{n_acc}, {want_bonus}; yours is {bonus} ({case}).{hint}")
+
+
+def greedy_drafters(target, block_size, tree=False):
+    """Drafters that are right on part of each block: an oracle right on a random prefix, a random DFlash
+    drafter (rarely right) and, for trees, a DFlash 2 drafter with a selector that changes choices."""
+    oracle = (OracleTreeDrafter if tree else OracleDrafter)(target, block_size, n_right=random_prefix)
+    drafters = [("an oracle right on a random prefix of each block", oracle),
+                ("a random DFlash drafter", tiny_drafter(target, block_size=block_size))]
+    if tree:
+        dflash2 = tiny_dflash2(target, block_size=block_size, perturb=0.3)
+        drafters.append(("a random DFlash 2 drafter", dflash2))
+    return drafters
+
+
+def compare_with_greedy(student, decode, what, tree=False):
+    """decode(target, drafter, prompt, n) -> tokens, with the student's piece in place, against plain greedy
+    decoding, for every prompt and drafter of greedy_drafters."""
+    target = tiny_target()
+    for block_size in (4, 16):
+        for label, drafter in greedy_drafters(target, block_size, tree):
+            for i, prompt in enumerate(PROMPTS):
+                want = generate(target, prompt, 40)
+                with student.installed():
+                    got = decode(target, drafter, prompt, 40)
+                if got != want:
+                    j = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b),
+                             min(len(got), len(want)))
+                    raise Failed(f"{what} differs from plain greedy decoding at token {j} of prompt {i} "
+                                 f"(block size {block_size}, {label}): plain greedy gives "
+                                 f"{want[j] if j < len(want) else 'nothing'}, yours "
+                                 f"{got[j] if j < len(got) else 'nothing'}; {len(got)} tokens for "
+                                 f"{len(want)}")
+
+
+def claim_greedy_speculative_equals_greedy_decoding(student):
+    """greedy speculative decoding with it is token-identical to plain greedy decoding"""
+    compare_with_greedy(student, lambda t, d, p, n: speculative_generate(t, d, p, n)[0],
+                        "your speculative output")
+
+
+def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule"):
+    """Sampled speculative decoding on the enumerable pair, with the student's piece in place, against the
+    exact distribution; the message compares how many drafts it keeps with the library's rule."""
+    target, drafter = soft_pair()
+    for temperature, top_k, top_p in configs:
+        setting = (f"T={temperature}" + (f", top_k={top_k}" if top_k else "")
+                   + (f", top_p={top_p}" if top_p else ""))
+        exact = exact_distribution(target, temperature, top_k, top_p)
+        with student.installed():
+            counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+        impossible = [s for s in counts if exact[s] == 0]
+        if impossible:
+            raise Failed(f"{what} produced {list(impossible[0])} at {setting}, an output the target gives "
+                         "probability 0 (a token outside top-k/top-p, or one the target never draws)")
+        value = chi_square_p_value(counts, exact, n)
+        if value < ALPHA:
+            _, right = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+            mine, lib = sum(lengths) / len(lengths), sum(right) / len(right)
+            how = ("it keeps more than the exact rule does: a rule that accepts too often fails exactly like "
+                   "this"
+                   if mine > lib * 1.05 else "it keeps about as many as the exact rule, so look at the token "
+                   "it emits after a rejection (the residual) and at the end (the bonus)"
+                   if mine > lib * 0.95 else "it keeps fewer than the exact rule")
+            raise Failed(f"your samples do not follow the target's distribution: chi-square p = {value:.1e} "
+                         f"over {n} runs at {setting} (a correct rule fails with probability 1e-4). Tokens "
+                         f"per step: yours {mine:.2f}, the exact rule's {lib:.2f}: {how}.")
+        if not any(a > 1 for a in lengths):
+            raise Failed(f"{what} never keeps a draft at {setting}: exact, but nothing is gained")
+
+
+def claim_match_decoding_has_exactly_the_targets_distribution(student):
+    """sampled decoding with match_verify has exactly the target's distribution (T=0.7; T=1 with top-k,
+    top-p)"""
+    exactly_p(student, "match")
+
+
+def claim_rejection_decoding_has_exactly_the_targets_distribution(student):
+    """sampled decoding with rejection_verify has exactly the target's distribution (T=0.7; T=1 with top-k,
+    top-p)"""
+    exactly_p(student, "rejection")
+
+
+def claim_rejection_accepts_every_draft_when_q_equals_p(student):
+    """accepts every draft when the drafter's q equals the target's p"""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        p = torch.softmax(2 * torch.randn(5, 8, generator=g, dtype=torch.float64), -1)
+        drafts = torch.multinomial(p[:4], 1, generator=g)[:, 0]
+        n_acc, _ = two_ints(student.fn(drafts, p[:4], p, g), "rejection_verify")
+        if n_acc != 4:
+            raise Failed(f"with q equal to p, p/q = 1 at every draft, so all 4 must be kept; you kept "
+                         f"{n_acc}")
+
+
+def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
+    """is normalize(max(0, p - q)) row by row, and p itself when p == q"""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
+    r = student.fn(p, q)
+    if not isinstance(r, torch.Tensor) or r.shape != p.shape:
+        raise Failed(f"for p and q of shape {tuple(p.shape)} it must return a tensor of that shape; got "
+                     f"{getattr(r, 'shape', type(r).__name__)}")
+    if (r < 0).any():
+        raise Failed("it has negative entries: clamp p - q at 0 before normalising")
+    if not torch.allclose(r.sum(-1), torch.ones(6, dtype=r.dtype), atol=1e-9):
+        raise Failed(f"its rows sum to {r.sum(-1).tolist()}, not 1: normalise each row")
+    if not torch.allclose(r, residual_distribution(p, q), atol=1e-9):
+        raise Failed("it differs from normalize(max(0, p - q)) on random rows")
+    same = student.fn(p, p)
+    if not torch.allclose(same, p, atol=1e-9):
+        raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "
+                     "a rejection cannot happen then, but the function is still called on batches")
+
+
+def claim_multi_draft_emits_exactly_p(student):
+    """one position, 1, 2 and 4 drafts from q: the emitted token has exactly the target's p"""
+    for seed in (0, 1):
+        p, q = far_apart(seed)
+        for k in (1, 2, 4):
+            value = one_position_p_value(rule_counts(student.fn, p, q, k), p)
+            if value < ALPHA:
+                raise Failed(f"with {k} drafts the emitted tokens do not follow p: chi-square p = "
+                             f"{value:.1e} over 4000 draws (a correct rule fails with probability 1e-4). "
+                             "After each rejected draft the next one is tested against the residual the "
+                             "rejection left, not p.")
+
+
+def claim_multi_draft_accepts_more_with_more_drafts(student):
+    """accepts a draft more often with more drafts (2 beat 1, 4 beat 2)"""
+    p, q = far_apart(0)
+    g = torch.Generator().manual_seed(2)
+    rates = []
+    for k in (1, 2, 4):
+        hits = sum(int(student.fn(torch.multinomial(q, k, replacement=True, generator=g), q, p, g)[0]) >= 0
+                   for _ in range(2000))
+        rates.append(hits / 2000)
+    if not rates[0] < rates[1] < rates[2]:
+        raise Failed(f"it accepts a draft {rates[0]:.2f} / {rates[1]:.2f} / {rates[2]:.2f} of the time with "
+                     "1 / 2 / 4 drafts: width must pay (return the index of the accepted draft, -1 when none "
+                     "is)")
+
+
+def claim_sampled_tree_decoding_has_exactly_the_targets_distribution(student):
+    """sampled-tree decoding with it has exactly the target's distribution (T=1; T=0.7 with top-p 0.8)"""
+    target = soft_pair()[0]
+    drafter = small_drafters(target)["dflash"]
+    for temperature, top_p in ((1.0, None), (0.7, 0.8)):
+        exact = exact_distribution(target, temperature, None, top_p)
+        with student.installed():
+            counts, _ = tree_counts(target, drafter, temperature, None, top_p, draws=SampledDraws())
+        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
+        if value < ALPHA:
+            raise Failed(f"sampled trees with your rule do not follow the target's distribution at "
+                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs")
+

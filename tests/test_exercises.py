@@ -1,0 +1,252 @@
+"""The exercises (nanodflash/exercises/): the library's own functions pass every check; the mistakes people
+really make fail, each with a message that names its symptom; the command line gives one clear line for a
+file it cannot check."""
+
+import textwrap
+
+import pytest
+
+from helpers import run_command
+from nanodflash.exercises import BY_NAME, EXERCISES, StudentFileError, load_function, run_checks, skeleton
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.name)
+def test_the_librarys_own_function_passes_every_claim_of_its_exercise(exercise):
+    results = run_checks(exercise, exercise.original())
+    failed = [(claim, message) for claim, message in results if message is not None]
+    assert not failed, f"{exercise.name}: the library's own function fails its exercise: {failed}"
+
+
+HEADER = "import numpy as np\nimport torch\n\nfrom nanodflash.sampling import sample\n" \
+         "from nanodflash.verify import residual_distribution\n\n\n"
+
+# (exercise, a wrong answer, a phrase its failure message must contain)
+WRONG = {
+    "greedy_verify: keeps every draft": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            n = draft_tokens.numel()
+            return n, int(target_logits[n].argmax())
+        """, "you accepted a draft the target disagreed with"),
+    "greedy_verify: counts every agreeing draft, not the leading ones": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            best = target_logits.argmax(-1)
+            n = int((draft_tokens == best[:draft_tokens.numel()]).sum())
+            return n, int(best[n])
+        """, "after the first disagreement nothing is kept"),
+    "greedy_verify: the bonus from the row before": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            best = target_logits.argmax(-1)
+            n = 0
+            while n < draft_tokens.numel() and draft_tokens[n] == best[n]:
+                n += 1
+            return n, int(best[max(n - 1, 0)])
+        """, "row n_accepted - 1"),
+    "match_verify: keeps every draft": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            n = draft_tokens.numel()
+            return n, int(sample(target_probs[n], generator))
+        """, "a rule that accepts too often fails exactly like this"),
+    "match_verify: a fresh draw from p after a mismatch": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            y = sample(target_probs, generator)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if d != int(y[i]):
+                    return i, int(sample(target_probs[i], generator))
+            return draft_tokens.numel(), int(y[-1])
+        """, "do not follow the target's distribution"),
+    "rejection_verify: p instead of the residual on a rejection": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] < target_probs[i, d] / draft_probs[i, d]:
+                    return i, int(sample(target_probs[i], generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "look at the token it emits after a rejection"),
+    "rejection_verify: accepts whenever p >= q, no coin": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            for i, d in enumerate(draft_tokens.tolist()):
+                if target_probs[i, d] < draft_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "do not follow the target's distribution"),
+    "rejection_verify: q / p instead of p / q": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] < draft_probs[i, d] / target_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "a rule that accepts too often fails exactly like this"),
+    "residual_distribution: no clamp at 0": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = p - q
+            return r / r.sum(-1, keepdim=True)
+        """, "negative entries"),
+    "residual_distribution: 0 / 0 when p == q": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp_min(0)
+            return r / r.sum(-1, keepdim=True)
+        """, "must give p back"),
+    "probs_from_logits: top-p before the temperature": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            logits = logits.double()
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            if top_k is not None:
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            if top_p is not None:
+                p, order = torch.softmax(logits, -1).sort(-1, descending=True)
+                out = (p.cumsum(-1) - p) >= top_p
+                logits = logits.masked_fill(out.scatter(-1, order, out), float("-inf"))
+            return torch.softmax(logits / temperature, -1)
+        """, "top-p before the temperature"),
+    "probs_from_logits: the nucleus without the token that crosses top_p": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            logits = logits.double()
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            logits = logits / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, -1)
+            if top_p is not None:
+                p, order = probs.sort(-1, descending=True)
+                keep = p.cumsum(-1) <= top_p
+                keep[..., 0] = True
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "dropped the token that carries the mass across top_p"),
+    "training_mask: a block sees its own anchor's position as context": ("training_mask", """
+        def training_mask(anchors, seq_len, block_size):
+            N, K = anchors.shape
+            ctx = torch.arange(seq_len)[None, None, :] <= anchors.repeat_interleave(block_size, 1)[:, :, None]
+            blk = torch.arange(K).repeat_interleave(block_size)
+            same = (blk[:, None] == blk[None, :]).expand(N, -1, -1)
+            return torch.cat([ctx, same], -1)
+        """, "its own anchor's position"),
+    "training_mask: blocks see each other": ("training_mask", """
+        def training_mask(anchors, seq_len, block_size):
+            N, K = anchors.shape
+            ctx = torch.arange(seq_len)[None, None, :] < anchors.repeat_interleave(block_size, 1)[:, :, None]
+            return torch.cat([ctx, torch.ones(N, K * block_size, K * block_size, dtype=torch.bool)], -1)
+        """, "none of the others"),
+    "loss_decay_weights: exp(-k/gamma)": ("loss_decay_weights", """
+        def loss_decay_weights(block_size, gamma=None):
+            gamma = gamma or {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+            k = torch.arange(block_size, dtype=torch.float32)
+            return torch.where(k >= 1, torch.exp(-k / gamma), torch.zeros(()))
+        """, "not exp(-k/gamma)"),
+    "loss_decay_weights: the anchor weighted too": ("loss_decay_weights", """
+        def loss_decay_weights(block_size, gamma=None):
+            gamma = gamma or 7.0
+            return torch.exp(-(torch.arange(block_size, dtype=torch.float32) - 1).clamp_min(0) / gamma)
+        """, "slot 0 is the anchor"),
+    "tree_mask: each node sees its parent only": ("tree_mask", """
+        def tree_mask(parent):
+            n = len(parent)
+            mask = torch.eye(n, dtype=torch.bool)
+            for i in range(n):
+                if parent[i] >= 0:
+                    mask[i, parent[i]] = True
+            return mask
+        """, "itself and its ancestors"),
+    "accept_path: follows the drafter's first child": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while tree.children[node]:
+                node = next(iter(tree.children[node].values()))
+                path.append(node)
+            return path, int(logits[node].argmax())
+        """, "Follow the target's token"),
+    "keep_path: crops without moving the kept nodes": ("keep_path", """
+        def keep_path(cache, start, path):
+            cache.crop(start + len(path))
+        """, "move each kept node's keys/values"),
+    "greedy_walk: each slot's best candidate on its own": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            best = table.max(-2).values.argmax(-1)
+            return cand.gather(-1, best[..., None])[..., 0]
+        """, "not the best of the slot on its own"),
+    "multi_draft_verify: every draft tested against p": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u[i] * draft_probs[d] < target_probs[d]:
+                    return i, d
+            return -1, int(sample(residual_distribution(target_probs, draft_probs), generator))
+        """, "against the residual the rejection left"),
+}
+
+
+def write(tmp_path, source):
+    path = tmp_path / "answer.py"
+    path.write_text(HEADER + textwrap.dedent(source))
+    return str(path)
+
+
+@pytest.mark.parametrize("mistake", list(WRONG))
+def test_a_realistic_wrong_answer_fails_with_a_message_that_names_its_symptom(tmp_path, mistake):
+    name, source, symptom = WRONG[mistake]
+    path = write(tmp_path, source)
+    results = run_checks(BY_NAME[name], load_function(path, name, BY_NAME[name].original()), path)
+    messages = [m for _, m in results if m is not None]
+    assert messages, f"{mistake}: the wrong answer passes every claim of {name}"
+    assert any(symptom in m for m in messages), \
+        f"{mistake}: no failure names the symptom {symptom!r}; the messages were {messages}"
+
+
+def test_every_exercise_has_a_wrong_answer_in_this_file():
+    covered = {name for name, _, _ in WRONG.values()}
+    assert covered == set(BY_NAME), f"exercises without a wrong answer tested: {set(BY_NAME) - covered}"
+
+
+def test_list_start_and_check_work_from_any_folder(tmp_path):
+    listing = run_command("-m", "nanodflash.exercises", cwd=tmp_path)
+    assert listing.returncode == 0 and all(e.name in listing.stdout for e in EXERCISES), listing.stdout
+    started = run_command("-m", "nanodflash.exercises", "start", "tree_mask", cwd=tmp_path)
+    assert started.returncode == 0 and (tmp_path / "tree_mask.py").exists(), started.stderr
+    again = run_command("-m", "nanodflash.exercises", "start", "tree_mask", cwd=tmp_path)
+    assert again.returncode == 1 and "exists already" in again.stderr, "start must never overwrite a file"
+    skeleton_check = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "tree_mask.py",
+                                 cwd=tmp_path)
+    assert skeleton_check.returncode == 1 and "FAIL" in skeleton_check.stdout \
+        and "NotImplementedError" in skeleton_check.stdout, skeleton_check.stdout
+    (tmp_path / "right.py").write_text("from nanodflash.tree import tree_mask\n")
+    right = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "right.py", cwd=tmp_path)
+    assert right.returncode == 0 and "FAIL" not in right.stdout, right.stdout
+
+
+@pytest.mark.parametrize("source,phrase", [
+    ("def tree_mask(parent)\n    return None\n", "syntax error"),
+    ("def other(parent):\n    return None\n", "defines no function named 'tree_mask'"),
+    ("def tree_mask(parents, n):\n    return None\n", "should take (parent)"),
+    ("import not_a_module\n", "fails when it is loaded"),
+])
+def test_a_file_that_cannot_be_checked_gets_one_clear_line(tmp_path, source, phrase):
+    (tmp_path / "bad.py").write_text(source)
+    result = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "bad.py", cwd=tmp_path)
+    assert result.returncode == 1 and phrase in result.stderr and "Traceback" not in result.stderr, \
+        f"expected one line naming {phrase!r}, got: {result.stderr}"
+    assert result.stderr.strip().count("\n") == 0, f"more than one line: {result.stderr}"
+
+
+def test_a_skeleton_has_the_librarys_signature_a_docstring_and_a_todo_but_not_the_answer(tmp_path):
+    for e in EXERCISES:
+        text = skeleton(e)
+        path = tmp_path / f"{e.name}.py"
+        path.write_text(text)
+        fn = load_function(str(path), e.name, e.original())          # loads, with the library's signature
+        assert "TODO" in text and e.original().__doc__.strip().splitlines()[0] in text, e.name
+        with pytest.raises(NotImplementedError):
+            fn(*[None] * fn.__code__.co_argcount)
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(StudentFileError, match="start greedy_verify"):
+        load_function(str(tmp_path / "none.py"), "greedy_verify", BY_NAME["greedy_verify"].original())
