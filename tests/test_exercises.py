@@ -250,3 +250,52 @@ def test_a_skeleton_has_the_librarys_signature_a_docstring_and_a_todo_but_not_th
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(StudentFileError, match="start greedy_verify"):
         load_function(str(tmp_path / "none.py"), "greedy_verify", BY_NAME["greedy_verify"].original())
+
+
+def test_the_swap_reaches_every_module_that_imported_the_function_and_is_undone_after():
+    import nanodflash.batch as batch
+    import nanodflash.speculative as speculative
+    import nanodflash.verify as verify
+    from nanodflash.exercises.swap import swapped
+
+    original = verify.greedy_verify
+
+    def mine(draft_tokens, target_logits):
+        return 0, 0
+
+    with swapped(original, mine):
+        held = [verify.greedy_verify, speculative.greedy_verify, batch.greedy_verify]
+        assert all(f is mine for f in held), \
+            "a module that imported greedy_verify by name still holds the original"
+    after = [verify.greedy_verify, speculative.greedy_verify, batch.greedy_verify]
+    assert all(f is original for f in after), "the library's function must be put back after a check"
+
+
+def test_the_references_never_run_the_students_code():
+    import torch
+
+    from nanodflash.exercises.models import soft_pair
+    from nanodflash.exercises.oracle import exact_distribution
+    from nanodflash.exercises.swap import swapped
+    from nanodflash.sampling import probs_from_logits
+
+    target = soft_pair()[0]
+    before = exact_distribution(target, 0.7, None, 0.8)
+    with swapped(probs_from_logits, lambda logits, temperature=1.0, top_k=None, top_p=None:
+                 torch.full_like(logits, 1.0 / logits.size(-1), dtype=torch.float64)):
+        during = exact_distribution(target, 0.7, None, 0.8)
+    assert during == before, "the exact distribution changed with a student's probs_from_logits swapped in"
+
+
+def test_a_claim_that_runs_past_its_time_limit_fails_with_a_clear_message():
+    import time
+
+    from nanodflash.exercises.check import Student, run_claim
+
+    def endless(student):
+        """never ends"""
+        while True:
+            time.sleep(0.01)
+
+    message = run_claim(endless, Student("greedy_verify", None, None), seconds=0.5)
+    assert message is not None and "took longer than 0.5 s" in message, message
