@@ -35,6 +35,8 @@ from nanodflash.tools import hf
 from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.measure import greedy_difference, side_by_side
+from nanodflash.tools.trace import TraceRecorder
+from nanodflash.tools.trace_page import write_page
 from nanodflash.tree import tree_speculative_generate
 
 # -----------------------------------------------------------------------------
@@ -95,6 +97,8 @@ def parse_args(argv=None):
     a("--no-color", action="store_true", help="markers ⟦drafted⟧ ⟨target⟩ instead of ANSI colours "
       "(automatic when not a terminal, or with NO_COLOR set)")
     a("--plain", action="store_true", help="the text alone: no colours, no markers")
+    a("--html", metavar="FILE", default=None, help="also write the run as a page that replays it step by "
+      "step (nanodflash/tools/trace_page.py; open it in any browser, offline)")
     args = p.parse_args(argv)
     check_device(p, args.device)
     return args
@@ -187,7 +191,10 @@ def main(argv=None):
             text = normalize(tok, args.prompt)                     # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set,
                                     disallowed_special=())
-        tokens, stats = decoder(target, drafter, prompt_ids, args.max_new_tokens,
+        rule = args.verifier if args.tree is None else "recursive rejection (a sampled tree)"
+        recorder = (TraceRecorder(tok, drafter, args.temperature, args.top_k, args.top_p, rule)
+                    if args.html else None)
+        tokens, stats = decoder(target, drafter, prompt_ids, args.max_new_tokens, on_step=recorder,
                                 generator=torch.Generator().manual_seed(args.seed), **spec_kw)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
@@ -223,6 +230,10 @@ def main(argv=None):
     if args.block_size == "auto" and args.tree is None:
         print("block sizes chosen (auto: anchor + drafts per step):")
         print(bars(Counter(stats.block_sizes)))
+    if recorder is not None:
+        size = {"tree nodes": args.tree} if args.tree else {"block size": args.block_size or B}
+        trace = recorder.trace(prompt_ids, tokens, dict(checkpoint=source, **size))
+        print(f"wrote {write_page(trace, args.html)}: the run step by step (open it in a browser)")
 
     # speed: the same prompt REPEATS times, plain and DFlash interleaved, after a warm-up (tools/measure.py)
     first, ties = None, []                              # differences at a float32 rounding tie

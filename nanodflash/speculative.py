@@ -103,6 +103,33 @@ def step_tokens(accepted, bonus, left, stops):
     return new[: min(left, first_stop(new, stops))]
 
 
+@dataclass
+class StepRecord:
+    """What one draft + verify step did, for an on_step callback (tools/trace.py). The target cache held
+    `start` positions before the step and `end` after; the drafter's context is extended by len(new) right
+    after the callback. Row i of target_logits is the target's view after the anchor and the first i drafts
+    (a tree's: after node i's path)."""
+    anchor: int
+    drafts: list               # the drafts in order (a tree's: its nodes after the root)
+    q: object                  # (n, V) the drafter's q when drafts were sampled, else None
+    target_logits: object      # (n+1, V) the target's logits at the anchor and each draft (CPU)
+    accepted: int              # how many drafts the verifier kept
+    new: list                  # tokens emitted: kept drafts and the bonus, cut at the limit or a stop
+    start: int
+    end: int
+    draft_cache: object        # the drafter's cache, before the step's extend
+    draft_s: float             # seconds of this step's drafter pass
+    verify_s: float            # seconds of its target pass and verification
+    rng_state: object          # the generator's state before verification
+    tree: object = None        # tree decoding: the Tree (tree.py) ...
+    path: list = None          # ... and the accepted path's nodes, root first
+
+
+def rng_state(generator):
+    """The state of `generator` (None: torch's default generator), to replay the draws that follow."""
+    return (generator if generator is not None else torch.default_generator).get_state()
+
+
 def prefill(target, drafter, prompt, cache, dcache, sampling, generator):
     """The prompt (1, P) through the target in one pass; its features at the drafter's layers become the
     drafter's first context. -> the first generated token, drawn from the target's last position
@@ -155,10 +182,14 @@ def draft_rule(verifier, temperature, generator):
 
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
-                         top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
+                         top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None,
+                         on_step=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
     verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md)
-    or "match"."""
+    or "match".
+    on_step: None, or a callable that gets a StepRecord after each step's verification, before the drafter's
+    context is extended (tools/trace.py records a run with it); it runs outside the timed sections and must
+    not touch the caches or the generator."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     # the block size: fixed, or "auto" (block_policy.py)
@@ -176,9 +207,11 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         b = min(sizer.next(), left + 1)
         # b-1 drafts in one drafter pass; with none (b = 1) the step is a plain decoding step
+        timed = (stats.draft_time, stats.verify_time)                             # (for on_step)
         with stats.timer("draft_time"):
             drafts, q = drafter.draft(dcache, anchor, b - 1, choose) if b > 1 else (NO_DRAFTS, None)
         block = torch.tensor([[anchor] + drafts.tolist()], device=prompt.device)  # (1, b)
+        rng = rng_state(generator) if on_step else None                    # the verifier's draws, replayable
         with stats.timer("verify_time"):
             logits, feats = target(block, cache, layer_ids=ids)                  # all b in one target pass
             n_acc, bonus = verify_block(verifier, drafts, q, logits[0].cpu(), temperature, top_k, top_p,
@@ -186,6 +219,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
             # The target cache keeps the anchor and every new token but the last, the next step's anchor
             new = step_tokens(drafts[:n_acc].tolist(), bonus, left, stops)
             cache.crop(start + len(new))
+        if on_step:
+            on_step(StepRecord(anchor, drafts.tolist(), q, logits[0].cpu(), n_acc, new, start, cache.length,
+                               dcache, stats.draft_time - timed[0], stats.verify_time - timed[1], rng))
         with stats.timer("draft_time"):
             # verified positions -> context
             drafter.extend(dcache, feats[:, : len(new)], block[:, : len(new)])

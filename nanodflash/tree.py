@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .sampling import probs_from_logits, sample
-from .speculative import SpecStats, check_request, finished, prefill, step_tokens
+from .speculative import SpecStats, StepRecord, check_request, finished, prefill, rng_state, step_tokens
 
 DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
@@ -172,7 +172,7 @@ def keep_path(cache, start, path):
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, temperature=0.0,
                               top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None,
-                              tree_temperature=TREE_TEMPERATURE, draws=None):
+                              tree_temperature=TREE_TEMPERATURE, draws=None, on_step=None):
     """DFlash with tree verification: one drafter pass builds a tree of <= tree_nodes drafts, one target pass
     verifies it, the longest path the target agrees with is kept. Lossless (greedy and sampled).
     branching: at most this many children per node (None: the candidates per slot, K).
@@ -180,7 +180,8 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     (shapes the tree, never the output).
     draws (temperature > 0): None, the top-K tree above; sampled_tree.SampledDraws(widths), a tree of drafts
     sampled from the drafter, verified by recursive rejection (sampled_tree.py), which takes no branching
-    or tree_temperature (those shape top-K trees)."""
+    or tree_temperature (those shape top-K trees).
+    on_step: as for speculative_generate; its StepRecord carries the tree and the accepted path."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     window = target.config.max_seq_len
@@ -206,11 +207,13 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
         n_nodes = min(tree_nodes, cache.max_len - start - 1)                 # near the window: a smaller tree
         n_draft = min(B - 1, left)
+        timed = (stats.draft_time, stats.verify_time)                        # (for on_step)
         with stats.timer("draft_time"):
             if draws is None:
                 tree = draft_tree(drafter, dcache, anchor, n_draft, n_nodes, branching, tree_temperature)
             else:
                 tree = draws.draft(drafter, dcache, anchor, n_draft, n_nodes, temperature, generator)
+        rng = rng_state(generator) if on_step else None
         with stats.timer("verify_time"):
             logits, feats = verify_tree(target, cache, tree, ids)            # (N+1, V), one target pass
             accept = accept_path if draws is None else draws.accept
@@ -219,6 +222,10 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
             # the anchor and the accepted drafts, moved into place
             keep = path[: len(new)]
             keep_path(cache, start, keep)
+        if on_step:
+            on_step(StepRecord(anchor, tree.tokens[1:], None, logits.detach().cpu(), len(path) - 1, new,
+                               start, cache.length, dcache, stats.draft_time - timed[0],
+                               stats.verify_time - timed[1], rng, tree, path))
         with stats.timer("draft_time"):
             kept = torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device)   # (1, len(keep))
             drafter.extend(dcache, feats[:, keep], kept)

@@ -1,0 +1,201 @@
+"""The trace page: one self-contained HTML file that replays a recorded run (trace.py) step by step.
+
+    write_page(trace, "trace.html")          # open it in any browser, offline (file:// works)
+    viewer_html(trace, "t07")                # the same viewer as an HTML fragment, for a notebook cell
+
+The run's data sits in <script type="application/json" id="nanodflash-trace"> (ids prefixed per viewer, so
+two viewers on one page do not collide), escaped so that no token can end the script element; plain
+JavaScript and CSS inline, no network. Controls: PREV / NEXT, a step slider, play / pause, arrow keys.
+"""
+
+import html
+import json
+
+CSS = """
+.ndf { font: 18px/1.45 system-ui, sans-serif; color: #222; max-width: 1100px; }
+.ndf h2 { font-size: 22px; margin: 4px 0; }
+.ndf .settings { color: #555; font-size: 15px; }
+.ndf .controls { margin: 10px 0; display: flex; gap: 8px; align-items: center; }
+.ndf .controls button { font-size: 18px; padding: 4px 14px; }
+.ndf .controls input[type=range] { flex: 1; }
+.ndf .sentence { font-size: 20px; background: #fff8dc; padding: 8px; border-radius: 6px; }
+.ndf .text { font-family: ui-monospace, monospace; white-space: pre-wrap; border: 1px solid #ccc;
+  padding: 8px; max-height: 320px; overflow: auto; font-size: 17px; }
+.ndf .tok { border-radius: 3px; padding: 0 1px; }
+.ndf .prompt { color: #777; } .ndf .draft { background: #c8f0c8; } .ndf .target { background: #ffd8a8; }
+.ndf .anchor { outline: 2px solid #1565c0; } .ndf .new { text-decoration: underline; }
+.ndf .ws { color: #aaa; }
+.ndf table { border-collapse: collapse; margin: 8px 0; font-size: 16px; }
+.ndf td, .ndf th { border: 1px solid #ccc; padding: 3px 8px; font-family: ui-monospace, monospace; }
+.ndf .kept { background: #c8f0c8; } .ndf .rejected { background: #ffc9c9; } .ndf .unseen { color: #aaa; }
+.ndf .chosen { font-weight: bold; text-decoration: underline; }
+.ndf .figures { display: flex; gap: 24px; flex-wrap: wrap; font-size: 16px; }
+.ndf .tree div { font-family: ui-monospace, monospace; }
+"""
+
+SCRIPT = r"""
+(function () {
+  const P = "%(prefix)s";
+  const data = JSON.parse(document.getElementById(P + "trace").textContent);
+  const $ = (name) => document.getElementById(P + name);
+  const steps = data.steps, T = data.tokens;
+  const show = (id) => { const s = T[String(id)]; return s === undefined ? "#" + id : s; };
+  const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const visible = (s) => esc(s).replace(/ /g, '<span class="ws">·</span>')
+      .replace(/\t/g, '<span class="ws">→</span>').replace(/\n/g, '<span class="ws">↵</span>\n');
+  const tok = (id, cls) => '<span class="tok ' + cls + '">' + visible(show(id)) + "</span>";
+  const quote = (id) => "'" + esc(show(id)).replace(/\n/g, "\\n") + "'";
+  let k = 0, timer = null;
+  $("slider").max = Math.max(steps.length - 1, 0);
+
+  function sentence(s) {
+    const n = s.drafts.length, a = s.accepted;
+    let t = (a === 1 ? "1 draft kept" : a + " drafts kept") + " of " + n;
+    if (s.path) t += " (the accepted path: nodes " + s.path.join(" → ") + ")";
+    if (!s.path && a < n) {
+      t += "; draft " + (a + 1) + " " + quote(s.drafts[a]) + " rejected";
+      if (s.u) t += ": u = " + s.u[a].toFixed(2) + " ≥ p/q = " + (s.p_d[a] / s.q_d[a]).toFixed(2);
+      else if (data.settings.verifier === "match") t += ": the target drew " + quote(s.target_tokens[a]);
+      else t += ": the target's token is " + quote(s.target_tokens[a]);
+    }
+    if (s.bonus === null) t += "; no bonus (the token limit or a stop token)";
+    else if (!s.path && a < n && s.u) t += "; the residual drew " + quote(s.bonus);
+    else t += "; the bonus is " + quote(s.bonus);
+    return t + ".";
+  }
+
+  function textSoFar(upto) {
+    let html = data.prompt.map((id) => tok(id, "prompt")).join("");
+    const cls = (j, c) => c + (j === upto ? " new" : "");
+    html += tok(data.output[0], "target" + (upto === -1 ? " anchor" : ""));
+    for (let j = 0; j <= upto; j++) {
+      const s = steps[j];
+      html += s.accepted_tokens.map((id) => tok(id, cls(j, "draft"))).join("");
+      if (s.bonus !== null) html += tok(s.bonus, cls(j, "target") + (j === upto ? " anchor" : ""));
+    }
+    return html;
+  }
+
+  function blockTable(s) {
+    const n = s.drafts.length, rows = [];
+    const head = ["slot", "draft", "verdict"];
+    if (s.target_tokens) head.push(data.settings.verifier === "match" ? "target drew" : "target's token");
+    if (s.p_d) head.push("p(d)");
+    if (s.q_d) head.push("q(d)", "u", "u < p/q");
+    if (s.candidates) head.push("DFlash 2 candidates (selector score)");
+    rows.push("<tr>" + head.map((h) => "<th>" + h + "</th>").join("") + "</tr>");
+    rows.push("<tr><td>0</td><td>" + tok(s.anchor, "anchor") + "</td><td>anchor</td>" +
+      "<td colspan=" + (head.length - 3) + "></td></tr>");
+    for (let i = 0; i < n; i++) {
+      const v = i < s.accepted ? "kept" : i === s.accepted ? "rejected" : "unseen";
+      let r = "<tr class='" + v + "'><td>" + (i + 1) + "</td><td>" + tok(s.drafts[i], "") + "</td><td>" +
+        (v === "unseen" ? "not checked" : v) + "</td>";
+      if (s.target_tokens) r += "<td>" + tok(s.target_tokens[i], "") + "</td>";
+      if (s.p_d) r += "<td>" + s.p_d[i].toFixed(3) + "</td>";
+      if (s.q_d) r += "<td>" + s.q_d[i].toFixed(3) + "</td><td>" + s.u[i].toFixed(3) + "</td><td>" +
+        (s.u[i] * s.q_d[i] < s.p_d[i] ? "yes" : "no") + "</td>";
+      if (s.candidates) r += "<td>" + s.candidates[i].map((c) => '<span class="' +
+        (c[0] === s.drafts[i] ? "chosen" : "") + '">' + visible(show(c[0])) + " (" + c[1] + ")</span>")
+        .join("  ") + "</td>";
+      rows.push(r + "</tr>");
+    }
+    return "<table>" + rows.join("") + "</table>";
+  }
+
+  function treeView(s) {
+    const children = {}, kept = new Set(s.path);
+    s.parent.forEach((p, i) => (children[p] = children[p] || []).push(i + 1));
+    const lines = [];
+    const walk = (node, depth) => {
+      const id = node === 0 ? s.anchor : s.drafts[node - 1];
+      const mark = kept.has(node) ? "kept" : "";
+      const greedy = s.target_tokens ? "  → target: " + visible(show(s.target_tokens[node])) : "";
+      lines.push('<div class="' + mark + '">' + "&nbsp;".repeat(4 * depth) + "[" + node + "] " +
+        visible(show(id)) + '<span class="unseen">' + greedy + "</span></div>");
+      (children[node] || []).forEach((c) => walk(c, depth + 1));
+    };
+    walk(0, 0);
+    return '<div class="tree">' + lines.join("") + "</div>";
+  }
+
+  function render() {
+    const s = steps[k];
+    $("slider").value = k;
+    $("count").textContent = "step " + (k + 1) + " of " + steps.length;
+    $("text").innerHTML = textSoFar(k);
+    if (!s) { $("sentence").textContent = "no draft / verify step in this run"; return; }
+    $("sentence").textContent = sentence(s);
+    $("block").innerHTML = s.parent ? treeView(s) : blockTable(s);
+    const lens = steps.slice(0, k + 1).map((x) => x.accepted_tokens.length + (x.bonus === null ? 0 : 1));
+    const tau = lens.reduce((a, b) => a + b, 0) / lens.length;
+    const hist = {};
+    lens.forEach((l) => (hist[l] = (hist[l] || 0) + 1));
+    const bars = Object.keys(hist).sort((a, b) => a - b).map((l) => l + " | " + "█".repeat(hist[l]) + " " +
+      hist[l]).join("<br>");
+    $("figures").innerHTML = "<div>this step emitted <b>" + lens[k] + "</b> tokens<br>τ so far <b>" +
+      tau.toFixed(2) + "</b><br>draft " + (1000 * s.draft_s).toFixed(1) + " ms, verify " +
+      (1000 * s.verify_s).toFixed(1) + " ms</div><div>target cache " + s.target_cache.join(" → ") +
+      (s.draft_cache ? "<br>drafter cache " + s.draft_cache.join(" → ") : "") +
+      "<br>(positions before → after the step)</div><div>acceptance lengths so far:<br>" + bars + "</div>";
+  }
+
+  const go = (j) => { k = Math.min(Math.max(j, 0), Math.max(steps.length - 1, 0)); render(); };
+  $("prev").onclick = () => go(k - 1);
+  $("next").onclick = () => go(k + 1);
+  $("slider").oninput = (e) => go(Number(e.target.value));
+  $("play").onclick = () => {
+    if (timer) { clearInterval(timer); timer = null; $("play").textContent = "play"; return; }
+    $("play").textContent = "pause";
+    timer = setInterval(() => { if (k >= steps.length - 1) $("play").click(); else go(k + 1); }, 900);
+  };
+  $("root").addEventListener("keydown", (e) => {
+    if (e.key === "ArrowRight") go(k + 1);
+    if (e.key === "ArrowLeft") go(k - 1);
+  });
+  render();
+})();
+"""
+
+
+def embedded_json(trace):
+    """JSON that is safe inside a <script> element: <, > and & as \\u escapes, so no token text (the corpus
+    has `</script>`) can end the element; JSON.parse reads them back unchanged."""
+    text = json.dumps(trace, ensure_ascii=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def header(settings):
+    shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
+    return html.escape(shown)
+
+
+def viewer_html(trace, prefix="ndf-"):
+    """The viewer as an HTML fragment (style, controls, data, script); `prefix` (letters, digits, - and _)
+    starts every element id."""
+    if not prefix or not all(c.isalnum() or c in "-_" for c in prefix):
+        raise ValueError(f"prefix must be letters, digits, - or _, got {prefix!r}")
+    p = prefix
+    return (f"<style>{CSS}</style>\n"
+            f'<div class="ndf" id="{p}root" tabindex="0">\n'
+            f'<h2>nanodflash: a speculative run, step by step</h2>\n'
+            f'<div class="settings">{header(trace["settings"])}. Colours: <span class="tok prompt">prompt'
+            '</span> <span class="tok draft">accepted draft</span> <span class="tok target">target token '
+            '(prefill, bonus)</span> <span class="tok anchor">the newest token</span>; · is a space, ↵ a '
+            'newline. Arrow keys step.</div>\n'
+            f'<div class="controls"><button id="{p}prev">PREV</button><button id="{p}next">NEXT</button>'
+            f'<button id="{p}play">play</button><input type="range" id="{p}slider" min="0" value="0">'
+            f'<span id="{p}count"></span></div>\n'
+            f'<div class="sentence" id="{p}sentence"></div>\n'
+            f'<div id="{p}block"></div>\n<div class="figures" id="{p}figures"></div>\n'
+            f'<div class="text" id="{p}text"></div>\n</div>\n'
+            f'<script type="application/json" id="{p}trace">{embedded_json(trace)}</script>\n'
+            f"<script>{SCRIPT.replace('%(prefix)s', prefix)}</script>\n")
+
+
+def write_page(trace, path):
+    """A whole HTML page with one viewer, its data under the id `nanodflash-trace`."""
+    body = viewer_html(trace, prefix="nanodflash-")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+                f"<title>nanodflash trace</title></head>\n<body>\n{body}</body></html>\n")
+    return path
