@@ -82,7 +82,7 @@ def test_the_steps_rebuild_the_output_and_greedy_traces_rebuild_plain_greedy_dec
         for s in trace["steps"]:
             if "path" not in s:
                 kept = s["accepted"]
-                assert s["drafts"][:kept] == s["target_tokens"][:kept], "a kept draft is not the target's token"
+                assert s["drafts"][:kept] == s["target_tokens"][:kept], "kept draft != target token"
                 assert kept == len(s["drafts"]) or s["drafts"][kept] != s["target_tokens"][kept], \
                     "a draft equal to the target's token was recorded as rejected"
 

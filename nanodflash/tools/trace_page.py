@@ -50,6 +50,7 @@ SCRIPT = r"""
 
   function sentence(s) {
     const n = s.drafts.length, a = s.accepted;
+    if (n === 0) return "A plain step (no drafts): the target's token is " + quote(s.bonus) + ".";
     let t = (a === 1 ? "1 draft kept" : a + " drafts kept") + " of " + n;
     if (s.path) t += " (the accepted path: nodes " + s.path.join(" → ") + ")";
     if (!s.path && a < n) {
@@ -82,7 +83,7 @@ SCRIPT = r"""
     if (s.target_tokens) head.push(data.settings.verifier === "match" ? "target drew" : "target's token");
     if (s.p_d) head.push("p(d)");
     if (s.q_d) head.push("q(d)", "u", "u < p/q");
-    if (s.candidates) head.push("DFlash 2 candidates (selector score)");
+    if (s.candidates) head.push("DFlash 2 candidates after the draft before (score; underlined: drafted)");
     rows.push("<tr>" + head.map((h) => "<th>" + h + "</th>").join("") + "</tr>");
     rows.push("<tr><td>0</td><td>" + tok(s.anchor, "anchor") + "</td><td>anchor</td>" +
       "<td colspan=" + (head.length - 3) + "></td></tr>");
@@ -109,7 +110,8 @@ SCRIPT = r"""
     const walk = (node, depth) => {
       const id = node === 0 ? s.anchor : s.drafts[node - 1];
       const mark = kept.has(node) ? "kept" : "";
-      const greedy = s.target_tokens ? "  → target: " + visible(show(s.target_tokens[node])) : "";
+      const next = s.target_tokens ? visible(show(s.target_tokens[node])) : null;
+      const greedy = next === null ? "" : "  (the target's next: " + next + ")";
       lines.push('<div class="' + mark + '">' + "&nbsp;".repeat(4 * depth) + "[" + node + "] " +
         visible(show(id)) + '<span class="unseen">' + greedy + "</span></div>");
       (children[node] || []).forEach((c) => walk(c, depth + 1));
@@ -132,9 +134,11 @@ SCRIPT = r"""
     lens.forEach((l) => (hist[l] = (hist[l] || 0) + 1));
     const bars = Object.keys(hist).sort((a, b) => a - b).map((l) => l + " | " + "█".repeat(hist[l]) + " " +
       hist[l]).join("<br>");
-    $("figures").innerHTML = "<div>this step emitted <b>" + lens[k] + "</b> tokens<br>τ so far <b>" +
-      tau.toFixed(2) + "</b><br>draft " + (1000 * s.draft_s).toFixed(1) + " ms, verify " +
-      (1000 * s.verify_s).toFixed(1) + " ms</div><div>target cache " + s.target_cache.join(" → ") +
+    const plural = lens[k] === 1 ? "" : "s";
+    $("figures").innerHTML = "<div>this step emitted <b>" + lens[k] + "</b> token" + plural +
+      "<br>τ so far <b>" + tau.toFixed(2) + "</b><br>draft " + (1000 * s.draft_s).toFixed(1) +
+      " ms, verify " + (1000 * s.verify_s).toFixed(1) + " ms</div><div>target cache " +
+      s.target_cache.join(" → ") +
       (s.draft_cache ? "<br>drafter cache " + s.draft_cache.join(" → ") : "") +
       "<br>(positions before → after the step)</div><div>acceptance lengths so far:<br>" + bars + "</div>";
   }
@@ -180,8 +184,9 @@ def viewer_html(trace, prefix="ndf-"):
             f'<h2>nanodflash: a speculative run, step by step</h2>\n'
             f'<div class="settings">{header(trace["settings"])}. Colours: <span class="tok prompt">prompt'
             '</span> <span class="tok draft">accepted draft</span> <span class="tok target">target token '
-            '(prefill, bonus)</span> <span class="tok anchor">the newest token</span>; · is a space, ↵ a '
-            'newline. Arrow keys step.</div>\n'
+            '(prefill, bonus)</span> <span class="tok anchor">the newest token</span>, '
+            '<span class="new">this step\'s tokens</span>; · is a space, ↵ a newline. Arrow keys step; a '
+            'tree lists each node under its parent, the accepted path in green.</div>\n'
             f'<div class="controls"><button id="{p}prev">PREV</button><button id="{p}next">NEXT</button>'
             f'<button id="{p}play">play</button><input type="range" id="{p}slider" min="0" value="0">'
             f'<span id="{p}count"></span></div>\n'

@@ -1,0 +1,94 @@
+"""The trace page in a real browser: headless Chromium loads a smoke run's page from a file:// URL, steps
+through every step with the controls, and what it shows is checked against the embedded data.
+
+Needs Debian's chromium and chromium-driver and the test extra's selenium. CI sets
+NANODFLASH_BROWSER_REQUIRED=1 (.ci/run installs the browser), where a missing browser fails; elsewhere the
+test skips, saying what to install.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from helpers import run_command
+
+HOW = ("no headless browser: `apt-get install chromium chromium-driver` (Debian) and the test extra's "
+       "selenium run the trace page's browser test")
+
+
+def browser():
+    """A headless Chromium driven by selenium, or a skip (a failure where the browser is required)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        selenium = None
+    else:
+        selenium = webdriver
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if selenium is None or chrome is None or driver is None:
+        if os.environ.get("NANODFLASH_BROWSER_REQUIRED"):
+            pytest.fail(HOW)
+        pytest.skip(HOW)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1200,1300"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def visible(text):
+    """The page's way of showing a token: spaces, tabs and newlines drawn."""
+    return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")
+
+
+@pytest.mark.parametrize("flags", [[], ["--temperature", "0.7"], ["--tree", "6"]],
+                         ids=["greedy", "sampled", "tree"])
+def test_the_page_steps_through_every_step_and_shows_what_the_run_did(smoke_out, tmp_path, flags):
+    page = tmp_path / "trace.html"
+    result = run_command("sample.py", "--out", smoke_out, "--max_new_tokens", "24", "--html", page, *flags)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(re.search(r'id="nanodflash-trace">(.*?)</script>', page.read_text(encoding="utf-8"),
+                                re.S).group(1))
+    show = lambda i: visible(data["tokens"][str(i)])     # noqa: E731
+    driver = browser()
+    try:
+        driver.get(page.as_uri())
+        by_id = lambda name: driver.find_element("id", "nanodflash-" + name)   # noqa: E731
+        text = [show(i) for i in data["prompt"] + data["output"][:1]]
+        steps = data["steps"]
+        for k, s in enumerate(steps):
+            assert by_id("count").text == f"step {k + 1} of {len(steps)}", f"step {k}: the counter"
+            kept = s["accepted_tokens"] + ([s["bonus"]] if s["bonus"] is not None else [])
+            text += [show(i) for i in kept]
+            shown = by_id("text").get_attribute("textContent")
+            assert shown == "".join(text), f"step {k}: the text so far is not the run's"
+            sentence = by_id("sentence").text
+            if s["drafts"]:
+                n = s["accepted"]
+                said = f"{n} draft{'' if n == 1 else 's'} kept of {len(s['drafts'])}"
+                assert sentence.startswith(said), f"step {k}: the sentence does not say {said!r}: {sentence}"
+            if "parent" in s:
+                nodes = by_id("block").find_elements("css selector", ".tree div")
+                assert len(nodes) == len(s["drafts"]) + 1, f"step {k}: the tree shows other nodes"
+                green = [d.text.split("]")[0].strip(" [") for d in nodes
+                         if "kept" in d.get_attribute("class")]
+                assert [int(x) for x in green] == s["path"], f"step {k}: another path is highlighted"
+            elif s["drafts"]:
+                rows = by_id("block").find_elements("css selector", "tr")[2:]
+                cells = [r.find_elements("css selector", "td")[1].get_attribute("textContent") for r in rows]
+                assert cells == [show(d) for d in s["drafts"]], f"step {k}: the drafts shown are others"
+                verdicts = [r.get_attribute("class") for r in rows]
+                assert verdicts.count("kept") == s["accepted"], f"step {k}: kept rows"
+            if k + 1 < len(steps):
+                by_id("next").click()
+        by_id("root").send_keys("\ue012")                            # ArrowLeft: one step back
+        assert by_id("count").text == f"step {max(len(steps) - 1, 1)} of {len(steps)}", "the arrow key"
+        driver.save_screenshot(str(tmp_path / "trace.png"))
+    finally:
+        driver.quit()
