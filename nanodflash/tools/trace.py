@@ -45,6 +45,8 @@ class TraceRecorder:
             step["target_tokens"] = rec.target_logits.argmax(-1).tolist()
         elif rec.tree is None and n:
             step.update(self.sampled_verdict(rec))
+            if self.verifier == "rejection" and rec.accepted < n and len(rec.new) > kept:
+                step["residual_token"] = rec.new[kept]                  # drawn from normalize(max(0, p - q))
         if rec.tree is None and n and hasattr(self.drafter, "candidate_selector"):
             step["candidates"] = self.candidates(rec)
         self.steps.append(step)
