@@ -23,7 +23,7 @@ UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
-.PHONY: demo test notebooks smoke clean
+.PHONY: demo test notebooks course smoke clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
@@ -50,6 +50,11 @@ test: $(BIN)/.test-installed
 notebooks: $(BIN)/.installed
 	$(UV) -e '.[notebooks]'
 	$(BIN)/jupyter notebook notebooks/
+
+# Handouts: every notebook executed on a run's checkpoints, as HTML in OUT/course/ (OUT=out_smoke for toys)
+course: $(BIN)/.installed
+	$(UV) -e '.[notebooks]'
+	$(BIN)/python -m nanodflash.tools.course --out $(or $(OUT),out)
 
 smoke: $(BIN)/.installed
 	$(BIN)/python train_tiny.py --smoke --out out_smoke
