@@ -14,7 +14,12 @@ BIN    := $(VENV)/bin
 # `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package. (`=`: pip is asked only when a
 # recipe installs something, not on every make.)
 FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d))
+# torch for the machine: without a wheel folder, uv picks the build from the machine (--torch-backend=auto: the
+# CPU build where no NVIDIA driver is found, so a laptop does not download a multi-GB CUDA build); with one, the
+# wheel there (the CPU build these machines keep).
+TORCH_BUILD = $(if $(strip $(FIND_LINKS)),,--torch-backend=auto)
+UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d)) \
+         $(TORCH_BUILD)
 
 # Bytecode is compiled as modules are first imported, into .venv/pycache, not for every file at install: the
 # demo and the tests import a fraction of torch and transformers (docs/log.md).
