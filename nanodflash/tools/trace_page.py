@@ -52,7 +52,7 @@ SCRIPT = r"""
     const n = s.drafts.length, a = s.accepted;
     if (n === 0) return "A plain step (no drafts): the target's token is " + quote(s.bonus) + ".";
     let t = (a === 1 ? "1 draft kept" : a + " drafts kept") + " of " + n;
-    if (s.path) t += " (the accepted path: nodes " + s.path.join(" → ") + ")";
+    if (s.path && s.path.length > 1) t += " (the accepted path: nodes " + s.path.join(" → ") + ")";
     if (!s.path && a < n) {
       t += "; draft " + (a + 1) + " " + quote(s.drafts[a]) + " rejected";
       if (s.u) t += ": u = " + s.u[a].toFixed(2) + " ≥ p/q = " + (s.p_d[a] / s.q_d[a]).toFixed(2);
