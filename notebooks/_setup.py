@@ -16,6 +16,7 @@ A run trained on another corpus (train_tiny.py --data, recorded in its run.json)
 corpus: `code_prompt` then returns a validation prompt of it instead of the hand-written code.
 """
 
+import contextlib
 import os
 import re
 import subprocess
@@ -118,3 +119,35 @@ def load_run(verbose=True, seed=0):
         print(f"data:    {tuple(data['train'].shape)} train / {tuple(data['val'].shape)} held-out sequences "
               f"= {data['prompt_len']} corpus tokens + the target's continuation")
     return tok, target, drafter, data, out
+
+
+@contextlib.contextmanager
+def selector_off(drafter):
+    """Within the block, a DFlash 2 drafter's selector adds nothing: its successor codebook is zero, so the
+    pair term vanishes and the walk drafts each slot's argmax (notebooks 6 and 7)."""
+    w = drafter.candidate_selector.successor_codebook.weight
+    saved = w.detach().clone()
+    with torch.no_grad():
+        w.zero_()
+    try:
+        yield drafter
+    finally:
+        with torch.no_grad():
+            w.copy_(saved)
+
+
+@torch.no_grad()
+def first_block(target, drafter, prompt):
+    """The first speculative step on `prompt` (ids): the drafter's hidden states and logits for slots
+    1..B-1, its cache, the anchor, and the target's greedy continuation after the anchor (notebooks 6, 7)."""
+    ids, B = drafter.config.target_layer_ids, drafter.config.block_size
+    logits, feats = target(torch.tensor([prompt]), layer_ids=ids)       # prefill: (1, P, V), (1, P, n_feat*D)
+    anchor = int(logits[0, -1].argmax())                                # the first token the target emits
+    cache = drafter.new_cache(target.config.max_seq_len)
+    drafter.extend(cache, feats)                                        # context = the prompt's features
+    block = torch.full((1, B), drafter.config.mask_token_id)
+    block[0, 0] = anchor                                                # [anchor, MASK, ..., MASK]
+    hidden = drafter.block_hidden(cache, block)[0, 1:]                  # (B-1, D): one drafter pass
+    slot_logits = target.lm_head(hidden)                                # (B-1, V)
+    truth = torch.tensor(nanodflash.generate(target, prompt + [anchor], B - 1))   # what each slot should be
+    return dict(prompt=prompt, anchor=anchor, cache=cache, hidden=hidden, logits=slot_logits, truth=truth)

@@ -96,7 +96,8 @@ EXERCISES = [
              "start, start + 1, ... (cache.k and cache.v are (L, 1, H, max_len, hd)), then cache.crop.",
              (ctree.claim_keep_path_leaves_the_cache_of_a_fresh_prefill,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
-    Exercise("greedy_walk", "nanodflash.dflash2", "DFlash 2: '4. The selector's walk, step by step'", 20,
+    Exercise("greedy_walk", "nanodflash.dflash2",
+             "DFlash 2, the selector: '4. The selector's walk, step by step'", 20,
              "DFlash 2's greedy walk through the candidates, one predecessor at a time",
              "start at row 0 of table[0] (after the anchor); at slot t take the candidate with the best "
              "score in the row of the candidate chosen at slot t-1; return the chosen tokens. The (n, K) "
