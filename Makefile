@@ -1,8 +1,10 @@
 # Two commands do everything, set-up included:
 #   make demo        trains tokenizer -> target -> drafter on the embedded corpus, then samples with DFlash
-#   make test        runs the test suite on both cores (unit tests, losslessness, scripts, notebooks, conformance
-#                    with transformers + the official dflash package, which only the tests install)
+#   make test        runs the test suite on both cores (unit tests, losslessness, scripts, notebooks,
+#                    conformance with transformers + the official dflash package, which only the tests
+#                    install)
 #   make notebooks   opens the notebooks in Jupyter (after make demo: they read out/)
+#   make course      the notebooks executed on out/'s checkpoints, as HTML handouts in out/course/
 # Each creates a local virtual environment in .venv on first use and installs the package into it, editable
 # (pyproject.toml holds the dependencies: demo installs only what it needs, test and notebooks their extras).
 
@@ -14,9 +16,9 @@ BIN    := $(VENV)/bin
 # `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package. (`=`: pip is asked only when a
 # recipe installs something, not on every make.)
 FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-# torch for the machine: without a wheel folder, uv picks the build from the machine (--torch-backend=auto: the
-# CPU build where no NVIDIA driver is found, so a laptop does not download a multi-GB CUDA build); with one, the
-# wheel there (the CPU build these machines keep).
+# torch for the machine: without a wheel folder, uv picks the build from the machine (--torch-backend=auto:
+# the CPU build where no NVIDIA driver is found, so a laptop does not download a multi-GB CUDA build); with
+# one, the wheel there (the CPU build these machines keep).
 TORCH_BUILD = $(if $(strip $(FIND_LINKS)),,--torch-backend=auto)
 UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND_LINKS),--find-links $(d)) \
          $(TORCH_BUILD)
