@@ -6,18 +6,9 @@ from ..dflash2 import CandidateSelector
 from ..speculative import speculative_generate
 from ..tree import tree_speculative_generate, verify_tree
 from .check import Failed
-from .claims_verify import PROMPTS, compare_with_greedy
-from .models import small_drafters, soft_pair, tiny_dflash2, tiny_target
-from .oracle import (
-    ALPHA,
-    N_OTHER_PATHS,
-    ancestors,
-    chi_square_p_value,
-    exact_distribution,
-    random_tree,
-    reference_walk,
-    tree_counts,
-)
+from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
+from .models import tiny_dflash2, tiny_target
+from .oracle import ancestors, random_tree, reference_walk
 
 
 def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
@@ -77,18 +68,9 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
 
 def claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution(student):
     """sampled top-K tree decoding with it has exactly the target's distribution (T=0.7; T=1 with top-k)"""
-    target = soft_pair()[0]
-    drafter = small_drafters(target)["dflash"]
-    for temperature, top_k in ((0.7, None), (1.0, 2)):
-        exact = exact_distribution(target, temperature, top_k, None)
-        with student.installed():
-            counts, lengths = tree_counts(target, drafter, temperature, top_k, None)
-        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
-        if value < ALPHA:
-            raise Failed(f"sampled tree decoding does not follow the target's distribution at "
-                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
-                         "rule fails with probability 1e-4). Draw ONE token y from p at each node, go to the "
-                         "child with token y, and emit that same y when there is none.")
+    trees_exactly_p(student, [(0.7, None, None), (1.0, 2, None)],
+                    hint=" Draw ONE token y from p at each node, go to the child with token y, and emit that "
+                         "same y when there is none.")
 
 
 def prefilled(target, tokens, extra=0):

@@ -15,6 +15,7 @@ from .models import (
     OracleTreeDrafter,
     random_prefix,
     small_drafters,
+    small_target,
     soft_pair,
     tiny_dflash2,
     tiny_drafter,
@@ -232,16 +233,22 @@ def claim_multi_draft_accepts_more_with_more_drafts(student):
                      "is)")
 
 
-def claim_sampled_tree_decoding_has_exactly_the_targets_distribution(student):
-    """sampled-tree decoding with it has exactly the target's distribution (T=1; T=0.7 with top-p 0.8)"""
-    target = soft_pair()[0]
+def trees_exactly_p(student, configs, draws=None, hint=""):
+    """Tree decoding (6 nodes) on the enumerable pair, with the student's piece in place, against the exact
+    distribution, for each (temperature, top_k, top_p) of configs; draws: a sampled tree's (SampledDraws)."""
+    target = small_target()
     drafter = small_drafters(target)["dflash"]
-    for temperature, top_p in ((1.0, None), (0.7, 0.8)):
-        exact = exact_distribution(target, temperature, None, top_p)
+    for temperature, top_k, top_p in configs:
+        exact = exact_distribution(target, temperature, top_k, top_p)
         with student.installed():
-            counts, _ = tree_counts(target, drafter, temperature, None, top_p, draws=SampledDraws())
+            counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws)
         value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
         if value < ALPHA:
-            raise Failed(f"sampled trees with your rule do not follow the target's distribution at "
-                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs")
+            raise Failed(f"tree decoding with your function does not follow the target's distribution at "
+                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
+                         "rule fails with probability 1e-4)." + hint)
 
+
+def claim_sampled_tree_decoding_has_exactly_the_targets_distribution(student):
+    """sampled-tree decoding with it has exactly the target's distribution (T=1; T=0.7 with top-p 0.8)"""
+    trees_exactly_p(student, [(1.0, None, None), (0.7, None, 0.8)], draws=SampledDraws())

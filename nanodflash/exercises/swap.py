@@ -11,12 +11,12 @@ before the swap.
 """
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
 import os
 import pkgutil
-import sys
 
 import nanodflash
 
@@ -59,18 +59,18 @@ def signature_text(fn):
     return str(inspect.signature(fn))
 
 
+@functools.lru_cache(maxsize=None)
 def core_modules():
-    """Every module of the library the decoders run (imported here, so a swap reaches them all)."""
+    """Every module of the library the decoders run (imported here, once, so a swap reaches them all)."""
     names = [m.name for m in pkgutil.walk_packages(nanodflash.__path__, "nanodflash.")
              if not m.name.startswith(NOT_SWAPPED)]
-    return [importlib.import_module(n) for n in names]
+    return tuple(importlib.import_module(n) for n in names)
 
 
 @contextlib.contextmanager
 def swapped(original, replacement):
     """Within the block, every core module attribute that is `original` is `replacement`."""
-    holders = [m for m in core_modules() if m.__name__ in sys.modules]
-    places = [(m, attr) for m in holders for attr, value in vars(m).items() if value is original]
+    places = [(m, attr) for m in core_modules() for attr, value in vars(m).items() if value is original]
     if not places:
         raise RuntimeError(f"{original.__qualname__} is held by no nanodflash module: nothing to swap")
     try:
