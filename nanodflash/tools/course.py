@@ -40,17 +40,16 @@ def execute(path, run_folder):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    saved = {k: os.environ.get(k) for k in ("NANODFLASH_OUT", "MPLBACKEND")}
-    os.environ.update(NANODFLASH_OUT=str(Path(run_folder).resolve()), MPLBACKEND="agg")   # the kernel's env
+    saved = os.environ.get("NANODFLASH_OUT")
+    os.environ["NANODFLASH_OUT"] = str(Path(run_folder).resolve())          # the kernel's environment
     try:
         NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                        resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    finally:
-        for k, v in saved.items():                       # this process's env as it was
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
+    finally:                                                                 # this process's, as it was
+        if saved is None:
+            os.environ.pop("NANODFLASH_OUT")
+        else:
+            os.environ["NANODFLASH_OUT"] = saved
     return nb
 
 
