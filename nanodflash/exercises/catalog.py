@@ -31,7 +31,7 @@ class Exercise:
 
 
 EXERCISES = [
-    Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2-5: draft, verify, accept, "
+    Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2–5: draft, verify, accept, "
              "roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
              "argmax of the row right after them.",
@@ -42,7 +42,8 @@ EXERCISES = [
              "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
              "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
              (cv.claim_match_decoding_has_exactly_the_targets_distribution,)),
-    Exercise("rejection_verify", "nanodflash.verify", "why lossless: 'One position, computed exactly'", 25,
+    Exercise("rejection_verify", "nanodflash.verify",
+             "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 25,
              "sampling, drafts drawn from q: accept with min(1, p/q), else draw from the residual",
              "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
              "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
