@@ -14,10 +14,10 @@ slot before (the (n, K, K) transition table). A tree spends the same one target 
 1. Drafting (`draft_tree`): slot t's children of a node are slot t's top-K candidates, scored by
    log-softmax of the selector's transition row after that node's token (DFlash 2), or of the slot's own
    logits, the same for every parent (DFlash 1), the scores divided by `tree_temperature` first. A path's
-   score is the sum along it (log of its probability under the drafter), and the tree keeps the
-   `tree_nodes` best path prefixes, found best-first. Those form a tree (a prefix never scores below its
-   extensions), the one of largest expected accepted length if the scores were calibrated. One child per
-   node and tree_nodes = B-1 give exactly DFlash's single path.
+   score is the sum along it (it ranks paths; it is not the drafter's probability of the text), and the
+   tree keeps the `tree_nodes` best path prefixes, found best-first. Those form a tree (a prefix never
+   scores below its extensions), the one of largest expected accepted length if the scores were
+   calibrated. One child per node and tree_nodes = B-1 give exactly DFlash's single path.
 2. Verification (`verify_tree`): anchor + nodes go through the target together. Node i sits at RoPE
    position start + depth[i] and sees the context and its own ancestors only (`tree_mask`): its logits are
    those of its root-to-node path decoded alone.
@@ -48,7 +48,7 @@ class Tree:
     tokens: list            # (N+1,) token ids, tokens[0] = anchor
     parent: list            # (N+1,) parent node, parent[0] = -1
     depth: list             # (N+1,) depth[0] = 0; a node at depth d drafts the d-th token after the anchor
-    score: list             # (N+1,) the drafter's log-probability of the root-to-node path
+    score: list             # (N+1,) the root-to-node path's score: the sum of its nodes' tempered log-softmax
     children: list = field(default_factory=list)   # (N+1,) {token: child node}
 
     def __len__(self):
