@@ -299,3 +299,19 @@ def test_a_claim_that_runs_past_its_time_limit_fails_with_a_clear_message():
 
     message = run_claim(endless, Student("greedy_verify", None, None), seconds=0.5)
     assert message is not None and "took longer than 0.5 s" in message, message
+
+
+def test_every_exercise_names_a_section_heading_that_exists_in_a_notebook():
+    import json
+    import re
+    from pathlib import Path
+
+    headings = set()
+    for path in (Path(__file__).parents[1] / "notebooks").glob("[0-9]*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "markdown":
+                headings |= {line.lstrip("#").strip() for line in "".join(cell["source"]).splitlines()
+                             if line.startswith("#")}
+    for e in EXERCISES:
+        section = re.search(r"'(.+)'", e.notebook).group(1)
+        assert section in headings, f"{e.name}: the section {section!r} is no heading of any notebook"
