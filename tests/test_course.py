@@ -14,8 +14,12 @@ def test_student_copies_leave_out_exactly_the_solution_cells():
         nbformat.v4.new_code_cell("print(answer)"),
         nbformat.v4.new_markdown_cell("## Build it yourself"),
         nbformat.v4.new_code_cell("pass")])
-    kept = [c.source.splitlines()[0] for c in without_solutions(nb).cells]
-    assert kept == ["## Exercises", "## Build it yourself", "pass"], f"student copy kept {kept}"
+    student = without_solutions(nb)
+    kept = [c.source.splitlines()[0] for c in student.cells]
+    assert kept == ["## Exercises", "## Solutions", "## Build it yourself", "pass"], \
+        f"student copy kept {kept}"
+    assert "Left out" in student.cells[1].source and student.cells[1].cell_type == "markdown", \
+        "the solutions' place must say they were left out, and hold no code"
     assert len(nb.cells) == 7, "the original notebook must not change"
 
 

@@ -5,7 +5,8 @@
 For each notebook in notebooks/: runs it top to bottom with NANODFLASH_OUT=OUT (nbclient, a fresh kernel),
 prints its seconds, and writes OUT/course/NAME.html (with outputs and solutions) and
 OUT/course/NAME.student.html (the same outputs, without the solution cells: everything from a '## Solutions'
-heading to the next '## ' heading). The notebooks in git stay output-free; nothing is written into them.
+heading to the next '## ' heading, replaced by a note that says where they are). The notebooks in git stay
+output-free; nothing is written into them.
 """
 
 import argparse
@@ -21,14 +22,21 @@ NOTEBOOKS = ROOT / "notebooks"
 CELL_TIMEOUT = 600                              # seconds a cell may run before the notebook fails
 
 
+LEFT_OUT = ("## Solutions\n\nLeft out of this student copy: the worked solutions are in the lecturer's copy "
+            "(the same name without `.student`).")
+
+
 def without_solutions(nb):
-    """A copy of `nb` with the cells from a '## Solutions' heading up to the next '## ' heading left out."""
+    """A copy of `nb` with the cells from a '## Solutions' heading up to the next '## ' heading replaced by
+    one note that says so."""
     out, skipping = nbformat.from_dict(nb), False
     kept = []
     for cell in nb.cells:
         heading = cell.cell_type == "markdown" and cell.source.lstrip().startswith("## ")
         if heading:
             skipping = cell.source.lstrip().startswith("## Solutions")
+            if skipping:
+                kept.append(nbformat.v4.new_markdown_cell(LEFT_OUT))
         if not skipping:
             kept.append(cell)
     out.cells = kept
