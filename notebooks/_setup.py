@@ -122,18 +122,6 @@ def load_run(verbose=True, seed=0):
 
 
 @contextlib.contextmanager
-def all_threads():
-    """Within the block, torch uses every core: for training cells (notebook 5). Decoding and its timings
-    stay on DECODE_THREADS, as the benchmark runs them."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
-
-
-@contextlib.contextmanager
 def selector_off(drafter):
     """Within the block, a DFlash 2 drafter's selector adds nothing: its successor codebook is zero, so the
     pair term vanishes and the walk drafts each slot's argmax (notebooks 6 and 7)."""

@@ -30,4 +30,6 @@ def test_a_notebook_executes_on_a_run_folder_into_readable_html(smoke_out, tmp_p
     write_html(nb, tmp_path / "01.html")
     write_html(without_solutions(nb), tmp_path / "01.student.html")
     full, student = (tmp_path / "01.html").read_text(), (tmp_path / "01.student.html").read_text()
-    assert "Solutions" in full and "Solutions" not in student, "the student copy must leave the solutions out"
+    solution = "Prefill in two chunks"                      # the first solution cell's comment
+    assert solution in full and solution not in student, "the student copy must leave the solutions out"
+    assert "Left out of this student copy" in student, "the student copy must say where the solutions went"
