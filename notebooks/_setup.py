@@ -28,6 +28,7 @@ import torch
 import nanodflash
 from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
+from nanodflash.speculative import prefill
 from nanodflash.tools.cli import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
@@ -140,11 +141,12 @@ def selector_off(drafter):
 def first_block(target, drafter, prompt):
     """The first speculative step on `prompt` (ids): the drafter's hidden states and logits for slots
     1..B-1, its cache, the anchor, and the target's greedy continuation after the anchor (notebooks 6, 7)."""
-    ids, B = drafter.config.target_layer_ids, drafter.config.block_size
-    logits, feats = target(torch.tensor([prompt]), layer_ids=ids)       # prefill: (1, P, V), (1, P, n_feat*D)
-    anchor = int(logits[0, -1].argmax())                                # the first token the target emits
+    B = drafter.config.block_size
     cache = drafter.new_cache(target.config.max_seq_len)
-    drafter.extend(cache, feats)                                        # context = the prompt's features
+    # step 1, the library's own: the prompt through the target, its features into the drafter's context, and
+    # the target's greedy next token, the anchor
+    greedy = (0.0, None, None)                                          # (temperature, top_k, top_p)
+    anchor = prefill(target, drafter, torch.tensor([prompt]), target.new_cache(1), cache, greedy, None)
     block = torch.full((1, B), drafter.config.mask_token_id)
     block[0, 0] = anchor                                                # [anchor, MASK, ..., MASK]
     hidden = drafter.block_hidden(cache, block)[0, 1:]                  # (B-1, D): one drafter pass
