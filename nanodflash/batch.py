@@ -25,9 +25,7 @@ import torch
 
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
-from .dflash2 import greedy_walk
 from .plain_batch import PlainBatch, generate_batch
-from .ragged_cache import RaggedKVCache
 from .speculative import NO_DRAFTS, SpecStats, draft_rule, step_tokens, verify_block
 from .step_costs import CONTEXT, COST_TOKENS, N_CALLS, cached_costs, measured_costs, median_seconds
 from .verify import greedy_verify
@@ -69,69 +67,17 @@ class SpecBatch(PlainBatch):
         self.sizer = BatchBlockSize(B, costs_at) if self.auto else block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
-        dtype = self.cache.k.dtype
-        self.dcache = RaggedKVCache(drafter.config, len(prompts), self.max_len + B, self.device, dtype)
-        self.pending = []       # features (R, 1, F) of plain steps' positions, projected at the next draft
+        self.context = drafter.new_rows(len(prompts), self.max_len)   # the drafter's context, row by row
         self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache,
-                                draft_cache=self.dcache)
+                                draft_cache=self.context)
 
     def keep(self, index):
         self.cache.keep(index)
-        self.dcache.keep(index)
-        self.pending = [f[index] for f in self.pending]
+        self.context.keep(index)
 
     def prefill(self):
         with self.stats.timer("prefill_time"):
-            self.extend_context(*super().prefill())
-
-    def extend_context(self, feats, counts):
-        """The drafter's context K/V for row r's newest counts[r] verified positions, from feats (R, t, F)."""
-        positions, _ = self.dcache.slots(max(counts))                  # (R, t): each row's next positions
-        for i, (k, v) in enumerate(self.drafter.context_kv(feats[:, : max(counts)], positions)):
-            self.dcache.write(i, self.dcache.length, k, v)
-        self.dcache.advance(counts)
-
-    def flush_context(self):
-        """Project the plain steps' queued positions (one per row per step: the same count for every row)."""
-        if self.pending:
-            self.extend_context(torch.cat(self.pending, 1), [len(self.pending)] * len(self.rows))
-            self.pending.clear()
-
-    def draft_hidden(self, anchors, T, sizes):
-        """The drafter's block pass for every row's block [anchor, MASK x (T-1)] at the row's own positions,
-        row r seeing its own context and only its first sizes[r] slots (so its drafts are those of a block of
-        sizes[r] alone) -> hidden states of the draft slots (R, T-1, D)."""
-        d, dev, L = self.drafter, self.device, self.dcache.length
-        masks = torch.full((len(anchors), T - 1), d.config.mask_token_id, device=dev)
-        x = d.target.embed_tokens(torch.cat([anchors[:, None], masks], 1))           # (R, T, D)
-        lens = torch.tensor(self.dcache.lengths, device=dev)                         # (R,)
-        cos, sin = d.rope_at(lens[:, None] + torch.arange(T, device=dev), x.dtype)   # (R, 1, T, hd)
-        sees_context = torch.arange(L, device=dev) < lens[:, None]                   # (R, L)
-        sees_slots = torch.arange(T, device=dev) < torch.tensor(sizes, device=dev)[:, None]   # (R, T)
-        mask = torch.cat([sees_context, sees_slots], 1)[:, None, None]               # (R, 1, 1, L+T)
-        return d.block_pass(x, cos, sin, self.dcache.prefix(L), mask)[:, 1:]         # slot 0: the anchor
-
-    def draft(self, anchors, T, sizes):
-        """One drafter pass for every row from its anchor (R,); returns per row its sizes[r]-1 drafts and q
-        (or None)."""
-        hidden = self.draft_hidden(anchors, T, sizes)                                # (R, T-1, D)
-        logits = self.drafter.target.lm_head(hidden)                                 # (R, T-1, V)
-        selector = getattr(self.drafter, "candidate_selector", None)
-        if self.temperature == 0:                                   # greedy: every row at once
-            if selector is None:
-                best = logits.argmax(-1)                                             # (R, T-1)
-            else:
-                best = greedy_walk(*selector.transition_table(hidden, logits, anchors))
-            return [t[: n - 1] for t, n in zip(best.cpu(), sizes)], [None] * len(sizes)
-        drafts = []                                                 # sampling: row by row, as at batch 1
-        for r, n in enumerate(sizes):
-            h, lg = hidden[r, : n - 1], logits[r, : n - 1]
-            if selector is None or n == 1:
-                drafts.append(self.choose(lg))
-            else:                                                   # DFlash 2's walk
-                table = selector.transition_table(h, lg, int(anchors[r]))
-                drafts.append(selector.walk(*table, self.choose, h, lg))
-        return [t for t, _ in drafts], [q for _, q in drafts]
+            self.context.extend(*super().prefill())
 
     def verify(self, drafts, qs, logits, sizes):
         """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
@@ -158,10 +104,11 @@ class SpecBatch(PlainBatch):
         T = self.block_size(left)
         sizes = [min(T, n + 1) for n in left]                      # drafts may reach the row's limit
         with st.timer("draft_time"):
-            if T > 1:
-                self.flush_context()                   # the context the plain steps before this one queued
             anchors = self.anchors()                                                 # (R,)
-            drafts, qs = self.draft(anchors, T, sizes) if T > 1 else ([NO_DRAFTS] * R, [None] * R)
+            if T > 1:
+                drafts, qs = self.context.draft(anchors, T, sizes, self.choose)
+            else:
+                drafts, qs = [NO_DRAFTS] * R, [None] * R
         block = torch.zeros(R, T, dtype=torch.long)                # (R, T): anchor, drafts, padding
         block[:, 0] = anchors
         for r, dr in enumerate(drafts):
@@ -176,10 +123,7 @@ class SpecBatch(PlainBatch):
         counts = [len(t) for t in new]           # the anchor and every new token but the last stay cached ...
         self.cache.advance(counts)
         with st.timer("draft_time"):             # ... and become drafter context: now, or at the next draft
-            if T > 1:                            # after plain steps (a plain step emits 1 per row)
-                self.extend_context(feats, counts)
-            else:
-                self.pending.append(feats[:, :1])
+            self.context.extend(feats, block, counts, lazy=T == 1)   # after plain steps (1 per row each)
         self.emit(new)
         if self.auto:
             self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
@@ -224,17 +168,17 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
     context = [i % target.config.vocab_size for i in range(n)]
     batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
     batch.prefill()
-    lens, dlens = list(batch.cache.lengths), list(batch.dcache.lengths)
+    lens, dlens = list(batch.cache.lengths), list(batch.context.cache.lengths)
     seconds = {}
     for t in [t for t in COST_TOKENS if t <= B]:
         block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
 
         def step():
-            batch.dcache.lengths = list(dlens)
+            batch.context.cache.lengths = list(dlens)
             if t > 1:
-                batch.draft(batch.anchors(), t, [t] * rows)
+                batch.context.draft(batch.anchors(), t, [t] * rows, batch.choose)
             batch.cache.lengths = list(lens)
             _, feats = batch.forward(block)
-            batch.extend_context(feats, [t] * rows)
+            batch.context.extend(feats, block, [t] * rows)
         seconds[t] = median_seconds(step, batch.device, n_calls)
     return seconds

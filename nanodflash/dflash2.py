@@ -223,19 +223,52 @@ class DFlash2Drafter(Drafter):
     def block_candidates(self, cache, anchor, n_draft):
         """One drafter pass over [anchor, MASK x n_draft] -> the slots' hidden (n, D) and logits (n, V), and
         the selector's candidates (n, K) and transition table (n, K, K) (None when n_draft is 0). The path's
-        walk and both kinds of tree start from it."""
-        hidden = self.block_hidden(cache, self.mask_block(cache, anchor, n_draft))[0, 1:]   # (n_draft, D)
+        walk, both kinds of tree and the trace page start from it."""
+        hidden = self.slot_hidden(cache, anchor, n_draft)                        # (n_draft, D)
         logits = self.target.lm_head(hidden)                                     # (n_draft, V)
         if n_draft == 0:
             return hidden, logits, None, None
         return (hidden, logits, *self.candidate_selector.transition_table(hidden, logits, anchor))
 
+    # ---------------- the drafter interface (drafting.py), answered by the selector ----------------
+
     def draft(self, cache, anchor, n_draft, choose):
         """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
-        hidden, logits, cand, table = self.block_candidates(cache, anchor, n_draft)
-        if n_draft == 0:
+        hidden = self.slot_hidden(cache, anchor, n_draft)                        # (n_draft, D)
+        return self.pick(hidden, self.target.lm_head(hidden), anchor, choose)
+
+    def pick(self, hidden, logits, anchor, choose):
+        """The selector's walk over the slots' candidates: hidden (..., n, D), logits (..., n, V), anchor
+        an id (or (R,) ids: R blocks at once, greedy only)."""
+        if hidden.size(-2) == 0:
             return choose(logits)
+        cand, table = self.candidate_selector.transition_table(hidden, logits, anchor)
         return self.candidate_selector.walk(cand, table, choose, hidden, logits)
+
+    def candidates(self, cache, anchor, n_draft, temperature):
+        """The tree's candidates: the selector's (n, K), and logp (n, K, K) = log-softmax over them of the
+        transition table / temperature, after each candidate of the slot before."""
+        _, _, cand, table = self.block_candidates(cache, anchor, n_draft)
+        return cand.cpu(), (table.detach().cpu() / temperature).log_softmax(-1)
+
+    def draft_distribution(self, cache, anchor, n_draft, temperature):
+        """q(t, prev): the selector's q after `prev` (CandidateSelector.slot_distribution), the one the
+        sampled walk draws from."""
+        hidden, logits, cand, table = self.block_candidates(cache, anchor, n_draft)
+        cand, table, T = cand.cpu(), table.detach().cpu(), draft_temperature(temperature)
+        selector = self.candidate_selector
+        return lambda t, prev: selector.slot_distribution(t, prev, cand, table, hidden, logits, T)
+
+    def slot_scores(self, cache, anchor, drafts, top=4):
+        """Per slot: the selector's `top` candidates after the token drafted before it, [[token, score], ...],
+        best first."""
+        hidden, logits, _, _ = self.block_candidates(cache, anchor, len(drafts))
+        prev, out = [anchor] + list(drafts[:-1]), []
+        for t in range(len(drafts)):
+            cand, scores = self.candidate_selector.scores(hidden[t], logits[t], torch.tensor(prev[t]))
+            best = scores.argsort(descending=True)[:top]
+            out.append([[int(cand[i]), round(float(scores[i]), 3)] for i in best])
+        return out
 
     def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """DFlash loss + alpha * selector loss. The selector's predecessor is teacher-forced (the true token

@@ -31,6 +31,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .distill import mix_soft, slot_mean
+from .drafter_rows import RaggedRows
+from .drafting import DrafterInterface
 from .gpt import Block, KVCache
 from .layers import RMSNorm, RopeTable
 
@@ -136,7 +138,7 @@ class DrafterConfig:
                    rope_theta=tc.rope_theta, norm_eps=tc.norm_eps, head_dim=tc.head_dim, **kw)
 
 
-class Drafter(nn.Module):
+class Drafter(DrafterInterface, nn.Module):
     kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
     config_class = DrafterConfig
 
@@ -245,13 +247,24 @@ class Drafter(nn.Module):
         block[0, 0] = anchor
         return block
 
-    def draft(self, cache, anchor, n_draft, choose):
-        """Draft n_draft tokens after `anchor` in one forward.
+    # ---------------- the drafter interface (drafting.py): what the decoders ask ----------------
 
-        `choose(logits (n, V)) -> (tokens (n,), probs (n, V) or None)`."""
-        logits = self.block_logits(cache, self.mask_block(cache, anchor, n_draft))   # (1, n_draft+1, V)
-        # slot 0 (the anchor) predicts nothing
-        return choose(logits[0, 1:])
+    def slot_hidden(self, cache, anchor, n_draft):
+        """One pass over [anchor, MASK x n_draft] -> the draft slots' final hidden states (n_draft, D)."""
+        return self.block_hidden(cache, self.mask_block(cache, anchor, n_draft))[0, 1:]
+
+    def slot_logits(self, cache, anchor, n_draft):
+        """One pass over [anchor, MASK x n_draft] -> the draft slots' logits (n_draft, V)."""
+        return self.block_logits(cache, self.mask_block(cache, anchor, n_draft))[0, 1:]
+
+    def pick(self, hidden, logits, anchor, choose):
+        """The drafts from the slots' hidden states (..., n, D) and logits (..., n, V): each slot's own
+        choice, choose(logits) (a DFlash 1 slot does not see the others' drafts)."""
+        return choose(logits)
+
+    def new_rows(self, rows, max_len):
+        """Many rows drafted in one pass (drafter_rows.py)."""
+        return RaggedRows(self, rows, max_len)
 
     # ---------------- training: K blocks per sequence in one forward ----------------
 

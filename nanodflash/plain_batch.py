@@ -57,7 +57,7 @@ class PlainBatch:
         ends = torch.tensor(P, device=self.device) - 1                              # each prompt's last
         last = logits[torch.arange(len(P), device=self.device), ends]               # (R, V)
         self.emit_one(last)
-        return feats, P
+        return feats, padded, P
 
     def emit_one(self, logits):
         """Every row emits one token drawn from its logits (R, V)."""

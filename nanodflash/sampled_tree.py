@@ -10,11 +10,11 @@ goes on with sum min(p, q) at every slot, wherever p's mass lies, which is why t
 trees when sampling (docs/sampling.md). This tree keeps the sampled drafts and adds width:
 
 1. Drafting (`sample_tree`): a node's children are independent draws from the drafter's q at the next
-   slot, given the node's token: the same q the sampled path draws from (`slot_sampler`). Equal draws share
-   one child node. Nodes are expanded best first by their path's probability under q (were q the target's
-   p, the chance that decoding walks through them), a node at depth d making `widths[d]` draws (1 past the
-   tuple's end), until the tree holds `tree_nodes` draft nodes (equal draws share a node, so a tree may
-   hold more draws than nodes).
+   slot, given the node's token: the same q the sampled path draws from (the drafter's
+   `draft_distribution`). Equal draws share one child node. Nodes are expanded best first by their path's
+   probability under q (were q the target's p, the chance that decoding walks through them), a node at
+   depth d making `widths[d]` draws (1 past the tuple's end), until the tree holds `tree_nodes` draft nodes
+   (equal draws share a node, so a tree may hold more draws than nodes).
 2. Verification: one target pass over the whole tree, as for any tree (tree.verify_tree).
 3. Acceptance (`accept_sampled`): from the root, a node's draws go in order through
    verify.multi_draft_verify against the target's p at that node; an accepted draw moves the walk to its
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import draft_temperature, probs_from_logits, sample
+from .sampling import probs_from_logits, sample
 from .tree import Tree
 from .verify import multi_draft_verify
 
@@ -46,24 +46,10 @@ class SampledTree(Tree):
     q: list = field(default_factory=list)       # (N+1,) per node: the q its draws came from ((V,), or None)
 
 
-def slot_sampler(drafter, dcache, anchor, n_draft, temperature):
-    """One drafter pass -> q(t, prev): the drafter's distribution (V,) float64 at slot t+1 after the token
-    `prev` at slot t (t = 0: after the anchor), the q a sampled path draws from. DFlash 2: its selector's,
-    after prev (CandidateSelector.slot_distribution); DFlash 1: the slot's own softmax, whatever came before.
-    Both at sampling.draft_temperature(temperature)."""
-    temperature = draft_temperature(temperature)
-    if hasattr(drafter, "block_candidates"):                                     # DFlash 2
-        hidden, logits, cand, table = drafter.block_candidates(dcache, anchor, n_draft)
-        cand, table, selector = cand.cpu(), table.detach().cpu(), drafter.candidate_selector
-        return lambda t, prev: selector.slot_distribution(t, prev, cand, table, hidden, logits, temperature)
-    block = drafter.mask_block(dcache, anchor, n_draft)                      # (1, n+1) [anchor, MASK, ...]
-    q = probs_from_logits(drafter.block_logits(dcache, block)[0, 1:].detach().cpu(), temperature)   # (n, V)
-    return lambda t, prev: q[t]
-
-
 def sample_tree(q_at, anchor, n_draft, tree_nodes, widths=WIDTHS, generator=None):
     """Best first by path probability under q: the node that scores best makes its draws (its children),
-    until the tree holds tree_nodes draft nodes. q_at(t, prev) -> (V,) from `slot_sampler`."""
+    until the tree holds tree_nodes draft nodes. q_at(t, prev) -> (V,) from the drafter's
+    `draft_distribution` (drafting.py)."""
     tree = SampledTree([anchor], [-1], [0], [0.0], [{}], [[]], [None])
     heap = [(-0.0, 0)] if n_draft and tree_nodes else []                         # (-path log q, node)
     while heap and len(tree) <= tree_nodes:
@@ -117,7 +103,7 @@ class SampledDraws:
         self.widths = tuple(int(w) for w in widths)
 
     def draft(self, drafter, dcache, anchor, n_draft, tree_nodes, temperature, generator):
-        q_at = slot_sampler(drafter, dcache, anchor, n_draft, temperature)
+        q_at = drafter.draft_distribution(dcache, anchor, n_draft, temperature)
         return sample_tree(q_at, anchor, n_draft, tree_nodes, self.widths, generator)
 
     def accept(self, tree, logits, temperature, top_k, top_p, generator):

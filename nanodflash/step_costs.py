@@ -118,7 +118,7 @@ def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
             drafter.extend(dcache, feats[:, n - t:], context[:, n - t:])
             if t > 1:
                 drafts, q = drafter.draft(dcache, 0, t - 1, rule)   # projects them, then drafts
-            elif hasattr(drafter, "project_context"):
+            else:
                 drafter.project_context(dcache)            # what the next draft would project first
             logits, _ = target(context[:, :t], cache, layer_ids=ids)
             if sampled and t > 1:                          # the verifier's share of a sampled step

@@ -37,7 +37,6 @@ import torch
 from .sampling import probs_from_logits, sample
 from .speculative import SpecStats, StepRecord, check_request, finished, prefill, rng_state, step_tokens
 
-DFLASH1_TOP_K = 16      # candidates per slot of a DFlash 1 drafter (DFlash 2 uses its selector's top-K)
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 TREE_TEMPERATURE = 0.5
 
@@ -67,25 +66,12 @@ class TreeStats(SpecStats):
     tree_nodes: list = field(default_factory=list)   # draft nodes verified per step (the anchor not counted)
 
 
-def slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature=TREE_TEMPERATURE):
-    """One drafter pass -> candidates cand (n, K) of slots 1..n and logp (n, K, K):
-    logp[t, i, c] = log-prob of candidate c at slot t+1 after candidate i of slot t (for t = 0, after the
-    anchor: every row the same), a softmax of the drafter's scores / tree_temperature."""
-    if hasattr(drafter, "block_candidates"):                                  # DFlash 2: the transition table
-        _, _, cand, table = drafter.block_candidates(dcache, anchor, n_draft)
-        return cand.cpu(), (table.detach().cpu() / tree_temperature).log_softmax(-1)   # (n, K), (n, K, K)
-    block = drafter.mask_block(dcache, anchor, n_draft)                       # (1, n+1) [anchor, MASK, ...]
-    logits = drafter.block_logits(dcache, block)[0, 1:].detach().cpu()        # (n, V) DFlash 1: marginals
-    k = min(DFLASH1_TOP_K, logits.size(-1))
-    logp, cand = (logits / tree_temperature).log_softmax(-1).topk(k, dim=-1)  # (n, K) each
-    return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                # the same row for any parent
-
-
 def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     """Best-first: the tree_nodes highest-scoring path prefixes (at most `branching` children per node).
 
-    cand (n, K), logp (n, K, K) from `slot_candidates`. Lazy expansion keeps the heap small: a node enters the
-    heap when its previous sibling (or, for a first child, its parent) is taken, so each step pushes <= 2."""
+    cand (n, K), logp (n, K, K) from the drafter's `candidates` (drafting.py). Lazy expansion keeps the heap
+    small: a node enters the heap when its previous sibling (or, for a first child, its parent) is taken, so
+    each step pushes <= 2."""
     n, K = cand.shape
     branching = min(branching or K, K)
     order = logp.argsort(-1, descending=True)                                 # (n, K, K) children, best first
@@ -116,7 +102,7 @@ def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None,
     """A tree of at most tree_nodes drafts, at most n_draft deep, from one drafter pass."""
     if n_draft == 0 or tree_nodes == 0:
         return Tree([anchor], [-1], [0], [0.0], [{}])
-    cand, logp = slot_candidates(drafter, dcache, anchor, n_draft, tree_temperature)
+    cand, logp = drafter.candidates(dcache, anchor, n_draft, tree_temperature)   # (n, K), (n, K, K)
     return build_tree(anchor, cand, logp, tree_nodes, branching)
 
 

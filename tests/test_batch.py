@@ -29,23 +29,37 @@ NEW = 30
 BLOCK_SIZES = [1, 2, 4, 8, 16, "auto"]
 
 
-class OracleBatch(SpecBatch):
-    """SpecBatch with an oracle draft: the target's own greedy continuation of each row, right for a random
-    prefix only (then wrong), so one step mixes full, partial and zero acceptance across its rows."""
+class OracleRows:
+    """A batched drafter context that drafts the target's own greedy continuation of each row, right for a
+    random prefix only (then wrong), so one step mixes full, partial and zero acceptance across its rows.
+    The drafter's real context is kept beside it, row for row, for the cache checks."""
 
-    def __init__(self, *args, seed=0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.rng = torch.Generator().manual_seed(seed)
+    def __init__(self, batch, seed):
+        self.batch, self.rng = batch, torch.Generator().manual_seed(seed)
+        self.real = batch.context             # the drafter's own context still follows the rows
+        self.keep, self.extend, self.cache = self.real.keep, self.real.extend, self.real.cache
 
-    def draft(self, anchors, T, sizes):
-        drafts = []
-        for r, n in zip(self.rows, sizes):
-            right = greedy_continuation(self.target, self.prompts[r] + self.outs[r], n - 1)
+    def project_context(self):
+        self.real.project_context()
+
+    def draft(self, anchors, T, sizes, choose):
+        self.real.project_context()                   # what a real draft does first
+        b, drafts = self.batch, []
+        for r, n in zip(b.rows, sizes):
+            right = greedy_continuation(b.target, b.prompts[r] + b.outs[r], n - 1)
             k = int(torch.randint(0, n, (1,), generator=self.rng))        # 0 .. n-1 right drafts
             if int(torch.randint(0, 3, (1,), generator=self.rng)) == 0:
                 k = n - 1                                                   # a third of the blocks: all right
             drafts.append(torch.tensor(right[:k] + [(t + 1) % 64 for t in right[k:]], dtype=torch.long))
         return drafts, [None] * len(sizes)
+
+
+class OracleBatch(SpecBatch):
+    """SpecBatch whose drafts come from OracleRows."""
+
+    def __init__(self, *args, seed=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.context = OracleRows(self, seed)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +124,7 @@ def test_each_rows_drafts_equal_the_batch1_drafters_for_that_rows_context(target
     for _ in range(3):
         batch.step()
     sizes = [16, 3, 1, 16, 7, 2, 16, 9]  # rows using fewer slots than the block's 16
-    drafts, _ = batch.draft(batch.anchors(), 16, sizes)
+    drafts, _ = batch.context.draft(batch.anchors(), 16, sizes, DraftRule(0.0))
     for i, r in enumerate(batch.rows):
         context = batch.prompts[r] + batch.outs[r][:-1]
         cache = drafter.new_cache(128)
@@ -153,7 +167,7 @@ def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens
     if schedule != "B=8":
         assert batch.rows != sorted(batch.rows), \
             "no live row moved into a finished row's place: compaction untested"
-    batch.flush_context()                                       # (plain steps queue the drafter's context)
+    batch.context.project_context()                             # (plain steps queue the drafter's context)
     for i, r in enumerate(batch.rows):
         tokens = batch.prompts[r] + batch.outs[r][:-1]          # verified; the last (bonus) is not fed yet
         n = len(tokens)
@@ -167,9 +181,10 @@ def test_ragged_caches_after_steps_equal_fresh_batch1_caches_of_each_rows_tokens
         dfresh = drafter.new_cache(128)
         drafter.extend(dfresh, feats)
         drafter.project_context(dfresh)
-        assert batch.dcache.lengths[i] == n, \
-            f"row {i}: drafter context length {batch.dcache.lengths[i]} != {n}"
-        torch.testing.assert_close(batch.dcache.k[:, i, :, :n], dfresh.k[:, 0, :, :n], rtol=0, atol=1e-10,
+        assert batch.context.cache.lengths[i] == n, \
+            f"row {i}: drafter context length {batch.context.cache.lengths[i]} != {n}"
+        torch.testing.assert_close(batch.context.cache.k[:, i, :, :n], dfresh.k[:, 0, :, :n], rtol=0,
+                                   atol=1e-10,
                                    msg=f"row {i}: drafter context K != projecting the row's features at once")
 
 

@@ -94,7 +94,7 @@ def test_best_first_tree_keeps_the_highest_scoring_paths_and_each_parent_first(t
         "a child outscored its parent"
     assert max(t.depth) > 1 and max(len(c) for c in t.children) > 1, "the tree is neither deep nor wide"
     # any extension left out scores no higher than the worst node kept (best-first is exact)
-    cand, logp = tree_mod.slot_candidates(d, dcache, 5, 15)
+    cand, logp = d.candidates(dcache, 5, 15, tree_mod.TREE_TEMPERATURE)
     worst, index_of = min(t.score[1:]), {}
     for i in range(1, len(t)):
         index_of[i] = int((cand[t.depth[i] - 1] == t.tokens[i]).nonzero())

@@ -14,6 +14,7 @@ import torch
 
 from ..dflash2 import DFlash2Config, DFlash2Drafter
 from ..drafter import Drafter, DrafterConfig
+from ..drafting import DrafterInterface
 from ..gpt import GPT, GPTConfig
 from ..speculative import generate
 
@@ -101,7 +102,7 @@ def greedy_continuation(target, context, n, lookahead=64):
     return run[len(context):len(context) + n]
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterInterface):
     """A drafter double that drafts the target's own greedy continuation, then (optionally) breaks it.
 
     `n_right(rng, n)` says how many leading drafts of a block are correct (default: all of them); the rest
@@ -121,6 +122,9 @@ class OracleDrafter:
     def extend(self, cache, features, tokens):
         cache.extend(tokens[0].tolist())
 
+    def context_length(self, cache):
+        return len(cache)
+
     def draft(self, cache, anchor, n_draft, choose):
         self.calls += 1
         if n_draft == 0:
@@ -136,25 +140,21 @@ class OracleDrafter:
 class OracleTreeDrafter(OracleDrafter):
     """A DFlash-1-style double for trees: slot j's logits put the target's true greedy token on top for the
     first n_right(rng, n) slots, and after those a wrong token on top with the true one pushed out of the
-    top-K (trees read logits, through mask_block and block_logits)."""
+    top-K (trees read them through slot_logits)."""
 
-    def mask_block(self, cache, anchor, n_draft):
-        return torch.tensor([[anchor] + [MASK_ID] * n_draft])
+    draft = DrafterInterface.draft                       # choose(slot_logits), not the oracle's one-hots
 
-    def draft(self, cache, anchor, n_draft, choose):     # what speculative_generate calls (as Drafter.draft)
-        return choose(self.block_logits(cache, self.mask_block(cache, anchor, n_draft))[0, 1:])
-
-    def block_logits(self, cache, block):
-        n, vocab = block.size(1) - 1, self.target.config.vocab_size
-        right = greedy_continuation(self.target, cache + [int(block[0, 0])], n)
+    def slot_logits(self, cache, anchor, n):
+        vocab = self.target.config.vocab_size
+        right = greedy_continuation(self.target, cache + [anchor], n)
         k = n if self.n_right is None else self.n_right(self.rng, n)
-        logits = torch.zeros(1, n + 1, vocab, dtype=torch.float64)
+        logits = torch.zeros(n, vocab, dtype=torch.float64)
         for j in range(n):
             if j < k:
-                logits[0, j + 1, right[j]] = 5.0
+                logits[j, right[j]] = 5.0
             else:
-                logits[0, j + 1, (right[j] + 1) % vocab] = 5.0
-                logits[0, j + 1, right[j]] = -50.0
+                logits[j, (right[j] + 1) % vocab] = 5.0
+                logits[j, right[j]] = -50.0
         return logits
 
 

@@ -53,6 +53,7 @@ import torch
 from .. import checkpoint as ckpt
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
+from ..drafting import RowByRow
 from ..train_drafter import measure_tau, slot_accuracy, train_drafter
 from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
 
@@ -88,6 +89,10 @@ class ARDrafter(Drafter):
     `config.block_size` is the longest chain + 1 (k <= block_size - 1). `mask_token_id` is unused.
     """
     kind = "ar"
+
+    def new_rows(self, rows, max_len):
+        """A chain is drafted one token at a time: rows are drafted row by row (drafting.RowByRow)."""
+        return RowByRow(self, rows, max_len)
 
     def draft(self, cache, anchor, n_draft, choose):
         """n_draft tokens, one forward each. The first forward also projects the queued context (as
@@ -133,6 +138,10 @@ class NoFeatureDrafter(Drafter):
     stay in the state dict, unused, so the layout matches the DFlash drafter's.
     """
     kind = "nofeat"
+
+    def new_rows(self, rows, max_len):
+        """Its blocks see no context: rows are drafted row by row (drafting.RowByRow)."""
+        return RowByRow(self, rows, max_len)
 
     def extend(self, cache, features, tokens=None):
         cache.length += features.size(1)      # positions still advance (RoPE); no context is kept

@@ -20,6 +20,7 @@ step costs, and where τ is lost (how much a better selector could gain, and per
 
 import torch
 
+from ..drafting import DrafterInterface
 from ..sampling import DraftRule
 from ..speculative import generate, speculative_generate
 from ..step_costs import median_seconds
@@ -180,7 +181,7 @@ def format_cost_curve(curve):
 
 # ----------------------------------------------------------------------------- oracle selector
 
-class OracleSelector:
+class OracleSelector(DrafterInterface):
     """Wraps a DFlash-style drafter: drafts the true token wherever it is among the top_k candidates.
 
     `truth` is the whole greedy sequence, prompt + plain greedy output. The wrapped drafter's cache
@@ -199,10 +200,12 @@ class OracleSelector:
     def extend(self, cache, features, tokens):
         self.drafter.extend(cache, features, tokens)
 
+    def context_length(self, cache):
+        return self.drafter.context_length(cache)
+
     def draft(self, cache, anchor, n_draft, choose):
         start = cache.length                                                     # the anchor's position
-        block = self.drafter.mask_block(cache, anchor, n_draft)                  # [anchor, MASK, ...]
-        logits = self.drafter.block_logits(cache, block)[0, 1:].detach().cpu()   # (n_draft, V)
+        logits = self.drafter.slot_logits(cache, anchor, n_draft).detach().cpu()   # (n_draft, V)
         candidates = logits.topk(min(self.top_k, logits.size(-1)), dim=-1).indices   # (n_draft, K)
         picked = logits.argmax(-1)                                     # (n_draft,) the drafter's top-1
         for j in range(n_draft):

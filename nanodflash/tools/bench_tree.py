@@ -28,7 +28,7 @@ import torch
 
 from ..checkpoint import load, run_corpus
 from ..speculative import generate, speculative_generate
-from ..tree import TREE_TEMPERATURE, slot_candidates, tree_speculative_generate
+from ..tree import TREE_TEMPERATURE, tree_speculative_generate
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
@@ -89,7 +89,7 @@ def candidate_ceiling(target, drafter, prompts, references, single_runs):
                 break
             drafter.extend(dcache, feats[:, done:start], ids[:, done:start])    # the verified context
             done = start
-            cand, _ = slot_candidates(drafter, dcache, truth[start], n)         # (n, K)
+            cand, _ = drafter.candidates(dcache, truth[start], n, TREE_TEMPERATURE)   # (n, K)
             whole, anchors = True, anchors + 1
             for d in range(n):
                 hit = bool((cand[d] == truth[start + 1 + d]).any())

@@ -9,6 +9,8 @@ import types
 
 import torch
 
+from ..drafting import DrafterInterface
+
 ONE_HOT_SCALE = 1e4     # logits of a copied token: exp(-1e4) underflows to 0, so q is exactly one-hot
 
 
@@ -28,7 +30,7 @@ def lookup(tokens, n_draft, max_ngram=3):
     return []
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(DrafterInterface):
     """Draft up to `n_draft` tokens per step by n-gram lookup in the prompt and the text generated so far.
 
     It drafts by copying. Take the last m tokens of the text so far (context + the anchor), find their most
@@ -63,6 +65,9 @@ class PromptLookupDrafter:
     def extend(self, cache, features, tokens):
         """Append newly verified ids: tokens (1, t). `features` are unused."""
         cache.extend(tokens[0].tolist())
+
+    def context_length(self, cache):
+        return len(cache)
 
     def draft(self, cache, anchor, n_draft, choose):
         """Copy up to n_draft tokens by lookup; return choose(one-hot logits (n, V)), n <= n_draft (maybe

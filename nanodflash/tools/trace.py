@@ -8,8 +8,9 @@
 The decoding loops call the recorder after each step's verification (StepRecord, speculative.py). What the
 loop does not keep, the recorder recomputes from what it does: the target's token at each position (its
 argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed from the generator's state before
-verification, on a copy: the run's generator is never touched), and DFlash 2's candidates with their
-selector scores (a second drafter pass on the same context: drafting leaves the drafter's cache as it was).
+verification, on a copy: the run's generator is never touched), and what each slot chose among (the
+drafter's `slot_scores`, DFlash 2's selector scores: a second drafter pass on the same context, which
+drafting leaves as it was).
 None of it runs inside the timed sections, and none of it changes the run (tests/test_trace.py).
 """
 
@@ -35,9 +36,8 @@ class TraceRecorder:
         step = dict(anchor=rec.anchor, block_size=n + 1, drafts=list(rec.drafts), accepted=rec.accepted,
                     accepted_tokens=rec.new[:kept], bonus=rec.new[kept] if len(rec.new) > kept else None,
                     target_cache=[rec.start, rec.end], draft_s=rec.draft_s, verify_s=rec.verify_s)
-        length = getattr(rec.draft_cache, "length", None)
-        if length is not None:
-            step["draft_cache"] = [length, length + len(rec.new)]
+        length = self.drafter.context_length(rec.draft_cache)
+        step["draft_cache"] = [length, length + len(rec.new)]
         if rec.tree is not None:
             step.update(parent=list(rec.tree.parent[1:]), path=list(rec.path))
         temperature = self.sampling[0]
@@ -47,8 +47,10 @@ class TraceRecorder:
             step.update(self.sampled_verdict(rec))
             if self.verifier == "rejection" and rec.accepted < n and len(rec.new) > kept:
                 step["residual_token"] = rec.new[kept]                  # drawn from normalize(max(0, p - q))
-        if rec.tree is None and n and hasattr(self.drafter, "candidate_selector"):
-            step["candidates"] = self.candidates(rec)
+        if rec.tree is None and n:              # what each slot chose among, where the drafter says
+            scores = self.drafter.slot_scores(rec.draft_cache, rec.anchor, rec.drafts, TOP_CANDIDATES)
+            if scores is not None:
+                step["candidates"] = scores
         self.steps.append(step)
 
     def sampled_verdict(self, rec):
@@ -65,18 +67,6 @@ class TraceRecorder:
         u = torch.rand(len(rec.drafts), generator=g, dtype=torch.float64)     # rejection_verify's first draws
         return dict(out, q_d=rec.q[idx, d].tolist(), u=u.tolist())
 
-    def candidates(self, rec):
-        """Per slot: the selector's top candidates after the token chosen before it, [[token, score], ...],
-        best first."""
-        hidden, logits, _, _ = self.drafter.block_candidates(rec.draft_cache, rec.anchor, len(rec.drafts))
-        prev = [rec.anchor] + list(rec.drafts[:-1])
-        out = []
-        for t in range(len(rec.drafts)):
-            cand, scores = self.drafter.candidate_selector.scores(hidden[t], logits[t], torch.tensor(prev[t]))
-            best = scores.argsort(descending=True)[:TOP_CANDIDATES]
-            out.append([[int(cand[i]), round(float(scores[i]), 3)] for i in best])
-        return out
-
     def trace(self, prompt_ids, output, settings=None):
         """The run as one dict: settings, prompt, output (its first token comes from the prefill), steps, and
         the text of every token id that appears."""
@@ -88,7 +78,7 @@ class TraceRecorder:
         texts = {str(i): self.tok.decode([i]) for i in sorted(ids)}
         temperature, top_k, top_p = self.sampling
         return dict(settings=dict(settings or {}, temperature=temperature, top_k=top_k, top_p=top_p,
-                                  verifier=self.verifier, drafter=getattr(self.drafter, "kind", "dflash")),
+                                  verifier=self.verifier, drafter=self.drafter.kind),
                     prompt=list(prompt_ids), output=list(output), steps=self.steps, tokens=texts)
 
 

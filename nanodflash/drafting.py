@@ -1,0 +1,94 @@
+"""The drafter interface: what the decoders ask of a drafter, and the answers of a drafter that has only its
+slots' logits.
+
+Every decoder (speculative.py, tree.py, sampled_tree.py, batch.py) and every tool speaks to a drafter through
+these methods and never asks which kind it is. A new kind subclasses `DrafterInterface`, writes `new_cache`,
+`extend` and `slot_logits`, and inherits the rest; it overrides a method where it knows better (DFlash 2's
+selector scores its candidates after each predecessor; an autoregressive chain drafts one token at a time).
+
+    new_cache(max_len)                          its context for one sequence
+    extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
+    context_length(cache)                       the verified positions it holds
+    project_context(cache)                      do now what the next draft would do first (default: nothing)
+    slot_logits(cache, anchor, n_draft)         the draft slots' logits (n, V), one pass
+    draft(cache, anchor, n_draft, choose)       the path: (tokens (n,), q (n, V) or None), choose a DraftRule
+    candidates(cache, anchor, n_draft, T)       top-K trees: cand (n, K), logp (n, K, K) after each parent
+    draft_distribution(cache, anchor, n, T)     sampled trees: q(t, prev) -> (V,), the q a path draws from
+    slot_scores(cache, anchor, drafts)          the trace page: per slot [[token, score], ...], or None
+    new_rows(rows, max_len)                     the batched decoder's context for many rows (`RowByRow`)
+
+The defaults read the slots' logits as independent marginals: slot t's distribution is the same whatever
+was drafted before it (DFlash 1, docs/design.md §1.4).
+"""
+
+from .sampling import draft_temperature, probs_from_logits
+
+TOP_K = 16          # candidates per slot of a drafter without a selector of its own (trees)
+
+
+class DrafterInterface:
+    """The defaults of the drafter interface (module docstring); a subclass writes new_cache, extend and
+    slot_logits."""
+
+    kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
+
+    def context_length(self, cache):
+        """How many verified positions the drafter's context holds."""
+        return cache.length
+
+    def project_context(self, cache):
+        """Do the work the next draft would start with (a drafter that projects its context lazily)."""
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """n_draft drafts after `anchor` in one pass: choose(the slots' logits (n, V))."""
+        return choose(self.slot_logits(cache, anchor, n_draft))
+
+    def candidates(self, cache, anchor, n_draft, temperature):
+        """One pass -> the top-K candidates cand (n, K) of slots 1..n and logp (n, K, K): the log-prob of
+        candidate c at slot t+1 after candidate i of slot t, a softmax of the scores / temperature. Here the
+        slot's own softmax over the whole vocabulary, the same row for every parent."""
+        logits = self.slot_logits(cache, anchor, n_draft).detach().cpu()              # (n, V)
+        k = min(TOP_K, logits.size(-1))
+        logp, cand = (logits / temperature).log_softmax(-1).topk(k, dim=-1)         # (n, K) each
+        return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                  # any parent: one row
+
+    def draft_distribution(self, cache, anchor, n_draft, temperature):
+        """One pass -> q(t, prev): the distribution (V,) float64 a sampled path draws slot t+1 from after the
+        token `prev` at slot t (t = 0: after the anchor), at sampling.draft_temperature(temperature). Here
+        the slot's own softmax, whatever came before."""
+        logits = self.slot_logits(cache, anchor, n_draft).detach().cpu()              # (n, V)
+        q = probs_from_logits(logits, draft_temperature(temperature))                # (n, V)
+        return lambda t, prev: q[t]
+
+    def slot_scores(self, cache, anchor, drafts, top=4):
+        """What each slot chose among, for the trace page: None for a drafter that picks by its logits."""
+        return None
+
+    def new_rows(self, rows, max_len):
+        """The context of `rows` sequences decoded together (batch.py)."""
+        return RowByRow(self, rows, max_len)
+
+
+class RowByRow:
+    """The batched decoder's drafter context for any drafter: one batch-1 cache per row, drafted row by row,
+    so every row drafts exactly what it drafts alone. A drafter that can batch its rows returns its own
+    (drafter_rows.RaggedRows) with the same methods."""
+
+    def __init__(self, drafter, rows, max_len):
+        self.drafter = drafter
+        self.caches = [drafter.new_cache(max_len) for _ in range(rows)]
+
+    def keep(self, index):
+        """Keep the rows `index` (new row p is old row index[p])."""
+        self.caches = [self.caches[i] for i in index]
+
+    def extend(self, feats, tokens, counts, lazy=False):
+        """Append row r's first counts[r] positions: feats (R, t, F), tokens (R, t)."""
+        for r, (cache, n) in enumerate(zip(self.caches, counts)):
+            self.drafter.extend(cache, feats[r:r + 1, :n], tokens[r:r + 1, :n])
+
+    def draft(self, anchors, T, sizes, choose):
+        """Row r's sizes[r] - 1 drafts after anchors[r] -> (drafts per row, q per row or None)."""
+        out = [self.drafter.draft(c, int(a), n - 1, choose) for c, a, n in zip(self.caches, anchors, sizes)]
+        return [d for d, _ in out], [q for _, q in out]
+
