@@ -25,8 +25,9 @@ import torch
 
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
+from .loop import SpecStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
-from .speculative import NO_DRAFTS, SpecStats, draft_rule, step_tokens, verify_block
+from .speculative import NO_DRAFTS, draft_rule, verify_block
 from .step_costs import CONTEXT, COST_TOKENS, N_CALLS, cached_costs, measured_costs, median_seconds
 from .verify import greedy_verify
 

@@ -9,9 +9,9 @@ Every row is what plain decoding of its prompt alone gives (speculative.generate
 
 import torch
 
+from .loop import check_request, finished
 from .ragged_cache import RaggedKVCache, compact
 from .sampling import next_token
-from .speculative import check_request, finished
 
 
 class PlainBatch:

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .loop import Drafted, Instruments, SpecStats, Step, Verdict, check_request, decode
 from .sampling import probs_from_logits, sample
-from .speculative import SpecStats, StepRecord, check_request, finished, prefill, rng_state, step_tokens
 
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 TREE_TEMPERATURE = 0.5
@@ -155,6 +155,44 @@ def keep_path(cache, start, path):
     cache.crop(start + len(path))
 
 
+@dataclass(kw_only=True)
+class TreeStep(Step):
+    """The tree's step (loop.decode runs it): draft a tree of <= tree_nodes drafts in one drafter pass, verify
+    it in one target pass, keep the longest path the target agrees with. Its cache has room for a tree."""
+    tree_nodes: int
+    shape: tuple                  # (branching, tree_temperature) of a top-K tree
+    draws: object                 # None: a top-K tree; sampled_tree.SampledDraws: a sampled one
+
+    def draft(self, anchor, left):
+        self.start = self.cache.length
+        n_nodes = min(self.tree_nodes, self.cache.max_len - self.start - 1)  # near the window: a smaller tree
+        n_draft = min(self.drafter.config.block_size - 1, left)
+        if self.draws is None:
+            tree = draft_tree(self.drafter, self.dcache, anchor, n_draft, n_nodes, *self.shape)
+        else:
+            tree = self.draws.draft(self.drafter, self.dcache, anchor, n_draft, n_nodes, self.sampling[0],
+                                    self.generator)
+        return Drafted(anchor, tree.tokens[1:], tree=tree)
+
+    def verify(self, d):
+        logits, feats = verify_tree(self.target, self.cache, d.tree, self.drafter.config.target_layer_ids)
+        accept = accept_path if self.draws is None else self.draws.accept
+        path, bonus = accept(d.tree, logits, *self.sampling, self.generator)    # (N+1, V), one target pass
+        return Verdict(logits.detach().cpu(), feats, [d.tree.tokens[i] for i in path[1:]], bonus, path)
+
+    def keep(self, d, verdict, new):
+        keep_path(self.cache, self.start, verdict.path[: len(new)])     # the anchor, accepted drafts: moved
+
+    def extend(self, d, verdict, new):
+        keep = verdict.path[: len(new)]
+        kept = torch.tensor([[d.tree.tokens[i] for i in keep]], device=self.cache.k.device)   # (1, len(keep))
+        self.drafter.extend(self.dcache, verdict.feats[:, keep], kept)
+
+    def record(self, d, verdict, new):
+        self.stats.tree_nodes.append(len(d.tree) - 1)
+        self.stats.record(len(d.tree), len(new), min(len(verdict.path) - 1, len(new)))
+
+
 @torch.no_grad()
 def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_nodes=32, temperature=0.0,
                               top_k=None, top_p=None, stop_token_ids=None, generator=None, branching=None,
@@ -182,40 +220,12 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
         raise ValueError(f"tree_temperature must be > 0 and finite, got {tree_temperature!r}")
     if draws is not None and temperature == 0:
         raise ValueError("a sampled tree (draws=...) needs temperature > 0; greedy trees are top-K trees")
-    B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     n_max = prompt.size(1) + max_new_tokens
     cache = target.new_cache(1, min(window, n_max + tree_nodes))             # room for the tree's scratch
     dcache = drafter.new_cache(n_max)
     stats = TreeStats(target_cache=cache, draft_cache=dcache)
-    with stats.timer("prefill_time"):
-        out = [prefill(target, drafter, prompt, cache, dcache, (temperature, top_k, top_p), generator)]
-    while not finished(out, max_new_tokens, stops):
-        left, anchor, start = max_new_tokens - len(out), out[-1], cache.length
-        n_nodes = min(tree_nodes, cache.max_len - start - 1)                 # near the window: a smaller tree
-        n_draft = min(B - 1, left)
-        timed = (stats.draft_time, stats.verify_time)                        # (for on_step)
-        with stats.timer("draft_time"):
-            if draws is None:
-                tree = draft_tree(drafter, dcache, anchor, n_draft, n_nodes, branching, tree_temperature)
-            else:
-                tree = draws.draft(drafter, dcache, anchor, n_draft, n_nodes, temperature, generator)
-        rng = rng_state(generator) if on_step else None
-        with stats.timer("verify_time"):
-            logits, feats = verify_tree(target, cache, tree, ids)            # (N+1, V), one target pass
-            accept = accept_path if draws is None else draws.accept
-            path, bonus = accept(tree, logits, temperature, top_k, top_p, generator)
-            new = step_tokens([tree.tokens[i] for i in path[1:]], bonus, left, stops)
-            # the anchor and the accepted drafts, moved into place
-            keep = path[: len(new)]
-            keep_path(cache, start, keep)
-        if on_step:
-            on_step(StepRecord(anchor, tree.tokens[1:], None, logits.detach().cpu(), len(path) - 1, new,
-                               start, cache.length, dcache, stats.draft_time - timed[0],
-                               stats.verify_time - timed[1], rng, tree, path))
-        with stats.timer("draft_time"):
-            kept = torch.tensor([[tree.tokens[i] for i in keep]], device=prompt.device)   # (1, len(keep))
-            drafter.extend(dcache, feats[:, keep], kept)
-        out += new
-        stats.tree_nodes.append(len(tree) - 1)
-        stats.record(len(tree), len(new), min(len(path) - 1, len(new)))
-    return out, stats
+    sampling = (temperature, top_k, top_p)
+    step = TreeStep(target=target, drafter=drafter, cache=cache, dcache=dcache, stats=stats,
+                    tree_nodes=tree_nodes, shape=(branching, tree_temperature), draws=draws,
+                    sampling=sampling, generator=generator)
+    return decode(Instruments(step, stats, generator, on_step), prompt, max_new_tokens, stops), stats

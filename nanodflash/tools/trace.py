@@ -5,7 +5,7 @@
                                          generator=g, on_step=recorder)
     trace = recorder.trace(prompt, tokens, settings={"checkpoint": "out"})     # JSON-ready dict
 
-The decoding loops call the recorder after each step's verification (StepRecord, speculative.py). What the
+The decoding loops call the recorder after each step's verification (StepRecord, loop.py). What the
 loop does not keep, the recorder recomputes from what it does: the target's token at each position (its
 argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed from the generator's state before
 verification, on a copy: the run's generator is never touched), and what each slot chose among (the
