@@ -38,17 +38,20 @@ class RaggedKVCache(KVCache):
         self.v.zero_()
         self.lengths = [0] * rows
 
+    def positions(self, t):
+        """(R, t): row r's next t positions, len_r + i."""
+        return torch.tensor(self.lengths, device=self.k.device)[:, None] + torch.arange(t, device=self.k.device)
+
     def slots(self, t):
         self.length = max(self.lengths)
-        lens = torch.tensor(self.lengths, device=self.k.device)
-        self._pos = lens[:, None] + torch.arange(t, device=self.k.device)                    # (R, t)
+        pos = self.positions(t)                                                              # (R, t)
         cols = torch.arange(self.length + t, device=self.k.device)
-        return self._pos, (cols[None, None, :] <= self._pos[:, :, None])[:, None]          # (R, 1, t, L+t)
+        return pos, (cols[None, None, :] <= pos[:, :, None])[:, None]                       # (R, 1, t, L+t)
 
     def write(self, layer, start, k, v):
         if min(self.lengths) == start:      # every row at the same length: a slice, as at batch 1
             return super().write(layer, start, k, v)
-        index = self._pos[:, None, :, None].expand_as(k)                                   # (R, Hkv, t, hd)
+        index = self.positions(k.size(2))[:, None, :, None].expand_as(k)                    # (R, Hkv, t, hd)
         self.k[layer].scatter_(2, index, k)
         self.v[layer].scatter_(2, index, v)
         end = start + k.size(2)

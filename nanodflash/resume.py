@@ -39,7 +39,6 @@ import torch
 from .checkpoint import atomic_save
 
 RESUME_EVERY_S = 45.0   # seconds of training at most lost to a kill; each save costs well under a second
-on_step = None          # test hook: on_step(stage, steps_done) after every step, before the save check
 # the signals that save and stop a stage: Ctrl-C, `kill` and a closed terminal
 # (SIGHUP does not exist on Windows)
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
@@ -118,8 +117,6 @@ class Resume:
     def step_done(self, step):
         """Call after each step (`step` steps done): saves every `every_s` seconds, and at a pending Ctrl-C,
         after which it raises KeyboardInterrupt."""
-        if on_step is not None:
-            on_step(self.stage, step)
         if self.path is None:
             return
         if self.ctrl_c or time.monotonic() - self.last_save >= self.every_s:

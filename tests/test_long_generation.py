@@ -6,7 +6,7 @@ import torch
 from helpers import OracleDrafter, greedy_continuation, tiny_drafter, tiny_target
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools.measure import BANDS, band_counts, format_bands, measure_bands, step_starts, tau_by_band
+from nanodflash.tools.measure import BANDS, band_counts, format_bands, step_starts, tau_by_band
 from nanodflash.train_drafter import generate_sequences, train_drafter
 
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
@@ -138,7 +138,8 @@ def test_a_step_belongs_to_the_band_of_its_first_token():
         tau_by_band([3, 1, 4])
 
 
-def test_measure_bands_of_an_always_right_drafter_is_the_block_size_in_every_band(long_models):
+def test_tau_by_band_of_an_always_right_drafter_is_the_block_size_in_every_band(long_models):
     target, _ = long_models
-    taus = measure_bands(OracleDrafter(target, 8), [PROMPTS[0]], NEW, bands=((0, 96), (96, 240), (240, 300)))
+    _, stats = speculative_generate(target, OracleDrafter(target, 8), PROMPTS[0], NEW)
+    taus = tau_by_band([stats.acceptance_lengths], bands=((0, 96), (96, 240), (240, 300)))
     assert all(t == 8 for t in taus.values()), f"an oracle accepts every block (8 tokens per step): {taus}"

@@ -3,7 +3,7 @@ that was never interrupted; a resume file from other settings is refused, a corr
 
 The reference is the session's uninterrupted `train_tiny.py --smoke` run (conftest's smoke_out, default
 drafter kind: dflash2). Runs here copy its finished stages they do not test, so only the stage under test
-trains. `resume.on_step` is the hook that interrupts a run at a chosen step: with a real SIGINT (Ctrl-C,
+trains. `interrupt` wraps `Resume.step_done` to interrupt a run at a chosen step: with a real SIGINT (Ctrl-C,
 which saves at the end of the step), or with an exception (a kill: nothing is saved at that moment).
 """
 
@@ -33,19 +33,24 @@ def copy_stages(src, dst, files):
 SIGNALS = {"ctrl-c": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}
 
 
+STEP_DONE = resume.Resume.step_done         # the real one, put back by `rerun`
+
+
 def interrupt(monkeypatch, stage, at, how):
-    def hook(s, step):
-        if (s, step) == (stage, at):
+    """From now on, the stage `stage` is interrupted when `at` steps are done (before the save check)."""
+    def hooked(self, step):
+        if (self.stage, step) == (stage, at):
             if how in SIGNALS:
                 signal.raise_signal(SIGNALS[how])
             else:
                 raise Killed
-    monkeypatch.setattr(resume, "on_step", hook)
+        return STEP_DONE(self, step)
+    monkeypatch.setattr(resume.Resume, "step_done", hooked)
 
 
 def rerun(out, monkeypatch, capsys, *flags):
     """Take the interrupting hook away, run the same command again and return what it printed."""
-    monkeypatch.setattr(resume, "on_step", None)
+    monkeypatch.setattr(resume.Resume, "step_done", STEP_DONE)
     train_tiny.main(["--smoke", *flags, "--out", str(out)])
     return capsys.readouterr().out
 
@@ -118,7 +123,7 @@ def test_a_resume_file_from_other_settings_is_refused_naming_the_difference_and_
     interrupt(monkeypatch, "drafter", 3, "ctrl-c")
     with pytest.raises(KeyboardInterrupt):
         train_tiny.main(["--smoke", "--out", str(out), "--draft_steps", "40"])
-    monkeypatch.setattr(resume, "on_step", None)
+    monkeypatch.setattr(resume.Resume, "step_done", STEP_DONE)
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         train_tiny.cli(["--smoke", "--out", str(out)])                # the smoke default: 30 drafter steps
@@ -187,7 +192,7 @@ def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, 
     with pytest.raises(KeyboardInterrupt):
         train(tmp_path / "run")
     assert (tmp_path / "run" / f"{baselines.NOFEAT}.resume").exists(), "the baseline's Ctrl-C save is missing"
-    monkeypatch.setattr(resume, "on_step", None)
+    monkeypatch.setattr(resume.Resume, "step_done", STEP_DONE)
     resumed = train(tmp_path / "run").state_dict()
     differ = [k for k in reference if not torch.equal(reference[k], resumed[k])]
     assert not differ, f"the resumed baseline differs from the uninterrupted one in {differ[:3]}"

@@ -7,6 +7,7 @@ with a TODO that says what to build.
 
 import importlib
 import inspect
+import textwrap
 from dataclasses import dataclass
 
 from . import claims_sampling as cs
@@ -125,19 +126,11 @@ def skeleton(exercise):
     fn = exercise.original()
     doc = inspect.getdoc(fn) or ""
     body = "\n".join(("    " + line).rstrip() for line in doc.splitlines())
-    todo = wrap(exercise.todo, "    # ")
+    todo = textwrap.fill(exercise.todo, 110, initial_indent="    # ", subsequent_indent="    # ",
+                         break_long_words=False, break_on_hyphens=False)
     header = (f'"""Exercise {exercise.name}: {exercise.what}.\n\nTaught in: {exercise.notebook}.\n'
               f'Check it with: python -m nanodflash.exercises check {exercise.name} THIS_FILE\n"""\n')
     signature = f"def {exercise.name}{inspect.signature(fn)}:"
     return (f'{header}\n{exercise.imports}\n\n\n{signature}\n    """\n{body}\n    """\n'
             f'    # TODO: {todo.lstrip()[2:]}\n    raise NotImplementedError\n')
 
-
-def wrap(text, prefix, width=110):
-    words, lines, line = text.split(), [], prefix
-    for w in words:
-        if len(line) + len(w) + 1 > width and line.strip() != prefix.strip():
-            lines.append(line)
-            line = prefix
-        line += (" " if line != prefix else "") + w
-    return "\n".join(lines + [line])

@@ -199,14 +199,6 @@ def tau_by_band(runs, bands=BANDS):
     return {band: (tokens / steps if steps else None) for band, (tokens, steps) in zip(bands, totals)}
 
 
-def measure_bands(drafter, prompts, max_new_tokens=None, bands=BANDS, **kw):
-    """τ per band of real speculative decoding (greedy unless kw says otherwise) over `prompts`.
-    max_new_tokens defaults to the end of the last band."""
-    n = bands[-1][1] if max_new_tokens is None else max_new_tokens
-    runs = [speculative_generate(drafter.target, drafter, p, n, **kw)[1].acceptance_lengths for p in prompts]
-    return tau_by_band(runs, bands)
-
-
 def format_bands(taus):
     """One line: 'tau by position: 1-96 4.10 | 97-240 3.31 | 241-480 2.98' ('-' for an empty band)."""
     return "tau by position: " + " | ".join(
