@@ -40,7 +40,8 @@ class RaggedKVCache(KVCache):
 
     def positions(self, t):
         """(R, t): row r's next t positions, len_r + i."""
-        return torch.tensor(self.lengths, device=self.k.device)[:, None] + torch.arange(t, device=self.k.device)
+        device = self.k.device
+        return torch.tensor(self.lengths, device=device)[:, None] + torch.arange(t, device=device)
 
     def slots(self, t):
         self.length = max(self.lengths)
