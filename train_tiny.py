@@ -30,13 +30,13 @@ from nanodflash.data import check_enough, corpus_record, load_corpus, split_trai
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
-from nanodflash.pipeline.summary import print_summary
+from nanodflash.pipeline.summary import Summary
 from nanodflash.resume import data_hash
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
 from nanodflash.tools.cli import DECODE_THREADS
 from nanodflash.train import train_target
-from nanodflash.train_drafter import generate_mix, measure_tau, slot_accuracy, train_drafter
+from nanodflash.train_drafter import DraftTraining, generate_mix, measure_tau, slot_accuracy, train_drafter
 
 # The recipe, every flag's default with the --full and --smoke presets, is nanodflash/pipeline/recipe.py.
 
@@ -166,12 +166,14 @@ def drafter_stage(args, path, target, data, data_id, prompts, mask_id):
         slots = {f"acc{k + 1}": a for k, a in enumerate(acc["slot_acc"][:3])}    # held-out per-slot accuracy
         tau = measure_tau(d, prompts[:4], args.eval_new_tokens)
         return {**slots, "expected_tau": acc["expected_tau"], "tau": tau}
-    hist = train_drafter(drafter, data["train"], args.draft_steps, args.draft_batch, args.draft_anchors,
-                         args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
-                         eval_fn=eval_fn, eval_every=max(1, args.draft_steps // recipe.DRAFT_EVALS),
-                         resume=ckpt.resume_path(path["drafter"]), soft_weight=args.soft_weight,
-                         long_seqs=data.get("train_long") if args.long_seqs else None,
-                         long_batch=args.long_batch, long_anchors=args.long_anchors)
+    how = DraftTraining(steps=args.draft_steps, batch_size=args.draft_batch, n_anchors=args.draft_anchors,
+                        lr=args.draft_lr, min_anchor=min_anchor, gamma=args.gamma, seed=args.seed,
+                        soft_weight=args.soft_weight, long_batch=args.long_batch,
+                        long_anchors=args.long_anchors,
+                        eval_every=max(1, args.draft_steps // recipe.DRAFT_EVALS))
+    long_seqs = data.get("train_long") if args.long_seqs else None
+    hist = train_drafter(drafter, data["train"], how, long_seqs=long_seqs, eval_fn=eval_fn,
+                         resume=ckpt.resume_path(path["drafter"]))
     ckpt.save_drafter(path["drafter"], drafter, hist, made_by)
     return drafter, hist
 
@@ -198,10 +200,10 @@ def sampling_stage(args, path, target, drafter, split, corpus):
         return ckpt.load_drafter(path["sampling"], target, args.device)[0]
     sampler = type(drafter)(drafter.config, target).to(args.device)
     sampler.load_state_dict(drafter.state_dict())
-    hist = train_drafter(sampler, data["train_sampled"], args.sampling_steps, args.draft_batch,
-                         args.draft_anchors, args.sampling_lr, min_anchor=data["prompt_len"] - 1,
-                         gamma=args.gamma, seed=args.seed + 5, resume=ckpt.resume_path(path["sampling"]),
-                         soft_weight=1.0, log_name="sampling drafter")
+    how = DraftTraining(steps=args.sampling_steps, batch_size=args.draft_batch, n_anchors=args.draft_anchors,
+                        lr=args.sampling_lr, min_anchor=data["prompt_len"] - 1, gamma=args.gamma,
+                        seed=args.seed + 5, soft_weight=1.0, log_name="sampling drafter")
+    hist = train_drafter(sampler, data["train_sampled"], how, resume=ckpt.resume_path(path["sampling"]))
     ckpt.save_drafter(path["sampling"], sampler, hist, made_by)
     return sampler
 
@@ -211,8 +213,9 @@ def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, dr
     torch.set_num_threads(DECODE_THREADS)
     if ckpt.is_toy_run(args.out):
         print("\n" + ckpt.TOY_RUN)
-    print_summary(target, drafter, data, prompts, args.eval_new_tokens, args.eval_long_tokens,
-                  args.eval_long_prompts, target_hist, draft_hist, DECODE_THREADS, sampler)
+    Summary(target=target, drafter=drafter, data=data, prompts=prompts, new_tokens=args.eval_new_tokens,
+            long_tokens=args.eval_long_tokens, long_prompts=args.eval_long_prompts, target_hist=target_hist,
+            draft_hist=draft_hist, threads=DECODE_THREADS, sampler=sampler).print()
 
 
 def parse_args(argv=None):

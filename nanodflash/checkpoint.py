@@ -104,7 +104,7 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     what = f"{kind} baseline drafter" if kind else "drafter"
     ck = read(path, what, make)
     if ck.get("kind") is None:
-        raise ValueError(f"{what} {path} records no drafter kind: an older nanodflash wrote it; "
+        raise ValueError(f"{what} {path} records no drafter kind, so nothing says which class reads it; "
                          f"retrain it ({retrain})")
     if cls is None and ck.get("kind") not in DRAFTER_KINDS:
         raise ValueError(f"{path} holds a {ck.get('kind')!r} baseline drafter, "

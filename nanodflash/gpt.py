@@ -46,7 +46,7 @@ class KVCache:
 
     def __init__(self, config, batch_size, max_len, device=None, dtype=torch.float32):
         shape = (config.n_layer, batch_size, config.n_kv_head, max_len, config.head_dim)
-        # not zeroed: positions >= length are never read, and zeroing 512 positions costs ms
+        # not zeroed: positions >= length are never read, so zeroing would be work for nothing
         self.k = torch.empty(shape, device=device, dtype=dtype)
         self.v = torch.empty(shape, device=device, dtype=dtype)
         self.max_len, self.length = max_len, 0

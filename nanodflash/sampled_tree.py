@@ -61,15 +61,7 @@ def sample_tree(q_at, anchor, n_draft, tree_nodes, widths=WIDTHS, generator=None
         for token in sample(q.expand(k, -1), generator).tolist():                # k independent draws
             child = tree.children[node].get(token)
             if child is None:                                                    # a new child node
-                child = len(tree)
-                tree.tokens.append(token)
-                tree.parent.append(node)
-                tree.depth.append(d + 1)
-                tree.score.append(tree.score[node] + float(q[token].log()))
-                tree.children.append({})
-                tree.draws.append([])
-                tree.q.append(None)
-                tree.children[node][token] = child
+                child = tree.add(node, token, tree.score[node] + float(q[token].log()), draws=[], q=None)
                 if d + 1 < n_draft:
                     heapq.heappush(heap, (-tree.score[child], child))
             tree.draws[node].append(child)

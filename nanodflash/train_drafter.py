@@ -14,7 +14,7 @@
 """
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -98,43 +98,65 @@ def _features_and_soft(target, seqs, layer_ids, soft):
     return out if soft else (out, None)
 
 
-def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0, gamma=None, grad_clip=1.0,
-                  seed=0, log_every=20, eval_fn=None, eval_every=None, precompute_limit=2 * 2**30,
-                  resume=None, soft_weight=0.0, long_seqs=None, long_batch=0, long_anchors=0,
-                  log_name="drafter"):
-    """Train `drafter` on target-generated `seqs` (N, S); the target stays frozen. Returns a history dict.
-    `resume`: path of a resume file (resume.py), continued from if it exists. soft_weight > 0 mixes in the
-    cross-entropy against the target's next-token distribution (distill.py), with that weight.
-    `long_seqs` (N', S' > S): longer sequences, of which each step also draws long_batch x long_anchors
-    blocks, so that the drafter sees late positions too; the loss is the mean over all the step's blocks.
-    `log_name` prefixes the progress lines (e.g. "sampling drafter": train_tiny.py fine-tunes a copy of a
-    trained drafter)."""
+@dataclass(kw_only=True)
+class DraftTraining:
+    """How a drafter trains (train_drafter): the recipe, apart from the data it trains on."""
+    steps: int
+    batch_size: int                 # sequences per step
+    n_anchors: int                  # blocks drawn from each sequence
+    lr: float                       # peak learning rate (warmup, then cosine: train.lr_at)
+    min_anchor: int = 0             # the earliest anchor position
+    gamma: float = None             # the loss decay (None: the paper's for the block size)
+    grad_clip: float = 1.0
+    seed: int = 0                   # the data order's and the anchors' generator
+    soft_weight: float = 0.0        # > 0: that share of the loss against the target's distribution
+    long_batch: int = 0             # long sequences per step ...
+    long_anchors: int = 0           # ... and blocks drawn from each (with train_drafter's long_seqs)
+    log_every: int = 20             # steps between progress lines
+    eval_every: int = None          # steps between eval_fn calls
+    log_name: str = "drafter"       # the progress lines' prefix
+    precompute_limit: int = 2 * 2**30   # bytes of target features computed once up front, at most
+
+
+RESUME_KEYS = ("steps", "batch_size", "n_anchors", "lr", "min_anchor", "gamma", "grad_clip", "seed",
+               "eval_every", "soft_weight")
+
+
+def train_drafter(drafter, seqs, how, long_seqs=None, eval_fn=None, resume=None):
+    """Train `drafter` on target-generated `seqs` (N, S) as `how` (a DraftTraining) says; the target stays
+    frozen. Returns a history dict.
+    `long_seqs` (N', S' > S): longer sequences, of which each step also draws how.long_batch x
+    how.long_anchors blocks, so that the drafter sees late positions too; the loss is the mean over all the
+    step's blocks. `eval_fn(drafter) -> {name: value}` runs every how.eval_every steps. `resume`: path of a
+    resume file (resume.py), continued from if it exists."""
+    steps, lr = how.steps, how.lr
     target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
     target.requires_grad_(False)
-    g = torch.Generator().manual_seed(seed)
-    weights = loss_decay_weights(c.block_size, gamma).to(device)
+    g = torch.Generator().manual_seed(how.seed)
+    weights = loss_decay_weights(c.block_size, how.gamma).to(device)
     opt = make_optimizer(drafter.parameters(), lr)
     history = {"step": [], "loss": [], "eval": []}
-    parts = [dict(seqs=seqs, n=batch_size, k=n_anchors)]      # where each step's blocks come from
-    if long_seqs is not None and long_batch and long_anchors:
-        parts.append(dict(seqs=long_seqs, n=long_batch, k=long_anchors))
+    parts = [dict(seqs=seqs, n=how.batch_size, k=how.n_anchors)]      # where each step's blocks come from
+    if long_seqs is not None and how.long_batch and how.long_anchors:
+        parts.append(dict(seqs=long_seqs, n=how.long_batch, k=how.long_anchors))
     blocks = sum(p["n"] * p["k"] for p in parts)
+    # what a resume file must have been trained with to be continued
+    recipe = {k: getattr(how, k) for k in RESUME_KEYS}
+    long = {"long": [data_hash(long_seqs), how.long_batch, how.long_anchors]} if len(parts) > 1 else {}
     settings = dict(kind=drafter.kind, config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
-                    steps=steps, batch_size=batch_size, n_anchors=n_anchors, lr=lr, min_anchor=min_anchor,
-                    gamma=gamma, grad_clip=grad_clip, seed=seed,
-                    eval_every=eval_every, soft_weight=soft_weight,
-                    **({"long": [data_hash(long_seqs), long_batch, long_anchors]} if len(parts) > 1 else {}))
-    state = Resume(resume, log_name, settings, model=drafter, optimizer=opt, data_order=g, history=history)
+                    **recipe, **long)
+    state = Resume(resume, how.log_name, settings, model=drafter, optimizer=opt, data_order=g,
+                   history=history)
     first = state.restore(steps)
-    progress = Progress(log_name, steps, log_every, start=first)
+    progress = Progress(how.log_name, steps, how.log_every, start=first)
     # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
     # (when they fit in memory) instead of once per step.
-    use_soft = soft_weight > 0
+    use_soft = how.soft_weight > 0
     n_bytes = sum(p["seqs"].numel() for p in parts) * len(c.target_layer_ids) * c.n_embd * 4
     for p in parts:
         p["feats"], p["soft"] = None, None
-        if n_bytes < precompute_limit:
+        if n_bytes < how.precompute_limit:
             p["feats"], p["soft"] = _features_and_soft(target, p["seqs"], c.target_layer_ids, use_soft)
             p["feats"] = p["feats"].cpu()
     drafter.train()
@@ -151,8 +173,9 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
                                    p["soft"] and tuple(t[rows].to(device) for t in p["soft"]))
                 else:                                                          # one target forward per step
                     feats, soft = _features_and_soft(target, x, c.target_layer_ids, use_soft)
-                anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, min_anchor, g).to(device)
-                part_loss, out = drafter.loss(feats, x, anchors, weights, soft=soft, soft_weight=soft_weight)
+                anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, how.min_anchor, g)
+                part_loss, out = drafter.loss(feats, x, anchors.to(device), weights, soft=soft,
+                                              soft_weight=how.soft_weight)
                 share = p["n"] * p["k"] / blocks      # this part's share of the blocks
                 loss = loss + share * part_loss
                 for k in PARTS:
@@ -160,14 +183,16 @@ def train_drafter(drafter, seqs, steps, batch_size, n_anchors, lr, min_anchor=0,
                         parts_out[k] = parts_out.get(k, 0.0) + share * float(out[k])
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(drafter.parameters(), grad_clip)
+            torch.nn.utils.clip_grad_norm_(drafter.parameters(), how.grad_clip)
             opt.step()
             history["step"].append(step + 1)
             history["loss"].append(loss.item())
             for k, v in parts_out.items():      # DFlash 2: its two losses, recall
                 history.setdefault(k, []).append(v)
-            extra = "".join(f" | {k} {v:.3f}" for k, v in parts_out.items()) if step % log_every == 0 else ""
-            if eval_fn is not None and eval_every and ((step + 1) % eval_every == 0 or step == steps - 1):
+            logged = step % how.log_every == 0
+            extra = "".join(f" | {k} {v:.3f}" for k, v in parts_out.items()) if logged else ""
+            every = how.eval_every
+            if eval_fn is not None and every and ((step + 1) % every == 0 or step == steps - 1):
                 drafter.eval()
                 result = eval_fn(drafter)
                 drafter.train()

@@ -53,6 +53,20 @@ class Tree:
     def __len__(self):
         return len(self.tokens)
 
+    def add(self, parent, token, score, **more):
+        """Append a child of `parent` with `token` and path score `score` -> its node id. `more`: the values
+        of a subclass's per-node fields (lists, one entry per node)."""
+        node = len(self.tokens)
+        self.tokens.append(token)
+        self.parent.append(parent)
+        self.depth.append(self.depth[parent] + 1)
+        self.score.append(score)
+        self.children.append({})
+        self.children[parent][token] = node
+        for name, value in more.items():
+            getattr(self, name).append(value)
+        return node
+
     def path(self, node):
         """Nodes from the root to `node`, both included."""
         out = [node]
@@ -83,13 +97,7 @@ def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     while heap and len(tree) <= tree_nodes:
         neg, parent, t, row, r = heapq.heappop(heap)
         c = order[t][row][r]                                                  # the candidate index in slot t
-        node = len(tree)
-        tree.tokens.append(cand[t][c])
-        tree.parent.append(parent)
-        tree.depth.append(t + 1)
-        tree.score.append(-neg)
-        tree.children.append({})
-        tree.children[parent][cand[t][c]] = node
+        node = tree.add(parent, cand[t][c], -neg)                             # at depth t + 1
         if r + 1 < branching:                                                 # the next sibling
             heapq.heappush(heap, (-(tree.score[parent] + ranked[t][row][r + 1]), parent, t, row, r + 1))
         if t + 1 < n:                                                         # the first child

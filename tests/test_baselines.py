@@ -14,7 +14,13 @@ from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import baselines, bench, bench_sections
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.tools.measure import DraftForwardCounter
-from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
+from nanodflash.train_drafter import (
+    DraftTraining,
+    generate_sequences,
+    measure_tau,
+    slot_accuracy,
+    train_drafter,
+)
 
 GREEDY = DraftRule(0.0)
 
@@ -33,8 +39,8 @@ def trained():
     seqs = generate_sequences(target, ids, n_seqs=72, prompt_len=4, gen_len=36, batch_size=72,
                               log=lambda *_: None)
     drafter = ar_drafter(target, seed=5, block_size=8)
-    hist = train_drafter(drafter, seqs[:64], steps=60, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
-                         log_every=10**6)
+    hist = train_drafter(drafter, seqs[:64], DraftTraining(steps=60, batch_size=8, n_anchors=8, lr=1e-2,
+                                                           min_anchor=3, log_every=10**6))
     return target, seqs[64:], drafter, hist
 
 

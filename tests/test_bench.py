@@ -210,7 +210,7 @@ def test_bench_ceiling_is_at_least_the_measured_speedup_on_every_speculative_row
     # A bound by construction, not by luck: inside one timed run the loop's draft and verify timers cover
     # disjoint stretches of it, so tokens / wall <= tokens / (draft + verify) for every prompt; the (upper)
     # median over prompts keeps the inequality (order statistics are monotone); and ceiling and speedup
-    # divide by the same plain tok/s. Isolated step costs (the old ceiling) left the loop's overhead out.
+    # divide by the same plain tok/s. Isolated step costs would leave the loop's overhead out.
     for name, r in setup[3].items():
         if name.startswith("plain"):
             assert r["ceiling"] is None, f"{name}: plain decoding has no draft/verify split, no ceiling"

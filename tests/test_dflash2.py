@@ -12,7 +12,13 @@ from nanodflash.exercises.models import tiny_dflash2
 from nanodflash.exercises.oracle import reference_walk
 from nanodflash.sampling import DraftRule, draft_temperature
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.train_drafter import generate_sequences, measure_tau, slot_accuracy, train_drafter
+from nanodflash.train_drafter import (
+    DraftTraining,
+    generate_sequences,
+    measure_tau,
+    slot_accuracy,
+    train_drafter,
+)
 from test_sampling_exact import N_OTHER_PATHS, chi_square_p_value, exact_distribution, speculative_counts
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
@@ -195,8 +201,8 @@ def trained():
     seqs = generate_sequences(target, ids, n_seqs=96, prompt_len=4, gen_len=44, batch_size=48,
                               log=lambda *_: None)
     d = tiny_dflash2(target, seed=5, block_size=16, top_k=8)
-    hist = train_drafter(d, seqs[:80], steps=150, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
-                         log_every=10**6)
+    how = DraftTraining(steps=150, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6)
+    hist = train_drafter(d, seqs[:80], how)
     return dict(target=target, drafter=d, untrained=tiny_dflash2(target, seed=5, block_size=16, top_k=8),
                 hist=hist, held_out=seqs[80:], prompts=[s[:4] for s in seqs[80:].tolist()[:6]])
 

@@ -26,7 +26,7 @@ from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
 from nanodflash.tools import hf
 from nanodflash.tools.baselines import ARDrafter
-from nanodflash.train_drafter import train_drafter
+from nanodflash.train_drafter import DraftTraining, train_drafter
 
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
     pytest.skip("transformers and dflash are test dependencies: run the README's test command",
@@ -69,8 +69,9 @@ def pairs(tmp_path_factory):
             shutil.copy(base / f, out / f)
         torch.manual_seed(0)
         drafter = cls(ccls.for_target(target.config, special_ids(tok)[1], n_layer=2, block_size=16), target)
-        train_drafter(drafter, data["train"], 100, 8, 2, 3e-3, min_anchor=data["prompt_len"] - 1,
-                      log_every=10**9)
+        how = DraftTraining(steps=100, batch_size=8, n_anchors=2, lr=3e-3, min_anchor=data["prompt_len"] - 1,
+                            log_every=10**9)
+        train_drafter(drafter, data["train"], how)
         checkpoint.save_drafter(str(out / checkpoint.DRAFTER), drafter)
         runs[kind] = out
     return runs

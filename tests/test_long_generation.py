@@ -7,7 +7,7 @@ from helpers import OracleDrafter, greedy_continuation, tiny_drafter, tiny_targe
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.measure import BANDS, band_counts, format_bands, step_starts, tau_by_band
-from nanodflash.train_drafter import generate_sequences, train_drafter
+from nanodflash.train_drafter import DraftTraining, generate_sequences, train_drafter
 
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
 WINDOW = 320                                 # max_seq_len of the long-generation target: > 300 new tokens fit
@@ -33,7 +33,8 @@ def long_models():
                               log=lambda *_: None)
     drafters = {"dflash": tiny_drafter(target, block_size=16), "dflash2": tiny_dflash2(target)}
     for d in drafters.values():
-        train_drafter(d, seqs, steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6)
+        train_drafter(d, seqs, DraftTraining(steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
+                                            log_every=10**6))
     return target, drafters
 
 

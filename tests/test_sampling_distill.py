@@ -10,6 +10,7 @@ from nanodflash.distill import block_soft_targets, candidate_soft_targets, mix_s
 from nanodflash.drafter import loss_decay_weights
 from nanodflash.speculative import generate
 from nanodflash.train_drafter import (
+    DraftTraining,
     generate_mix,
     generate_sequences,
     sample_anchors,
@@ -83,8 +84,8 @@ def test_training_toward_the_targets_distribution_brings_q_closer_to_p_than_trai
     overlap = {}
     for w in (0.0, 1.0):
         d = tiny_drafter(target, seed=5, block_size=4)
-        train_drafter(d, train, steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6,
-                      soft_weight=w)
+        train_drafter(d, train, DraftTraining(steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
+                                              log_every=10**6, soft_weight=w))
         overlap[w] = mean_overlap(d, held_out)
     assert overlap[1.0] > overlap[0.0] + 0.02, f"sum min(p, q) per slot: tokens {overlap[0.0]:.3f}, " \
                                                f"distribution {overlap[1.0]:.3f}: the soft loss did not help"

@@ -4,6 +4,7 @@ import torch
 
 from helpers import tiny_drafter, tiny_target
 from nanodflash.train_drafter import (
+    DraftTraining,
     generate_sequences,
     measure_tau,
     sample_anchors,
@@ -39,8 +40,8 @@ def test_short_drafter_training_lowers_the_loss_and_beats_an_untrained_drafter()
     drafter = tiny_drafter(target, seed=5, block_size=8)
     untrained = tiny_drafter(target, seed=5, block_size=8)
     before = slot_accuracy(untrained, held_out, min_anchor=3)
-    hist = train_drafter(drafter, train, steps=150, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3,
-                         log_every=10**6)
+    hist = train_drafter(drafter, train, DraftTraining(steps=150, batch_size=8, n_anchors=8, lr=1e-2,
+                                                       min_anchor=3, log_every=10**6))
     after = slot_accuracy(drafter, held_out, min_anchor=3)
     first, last = sum(hist["loss"][:10]) / 10, sum(hist["loss"][-10:]) / 10
     assert last < first - 1.0, f"drafter loss did not fall: {first:.3f} -> {last:.3f}"
@@ -75,7 +76,7 @@ def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_sp
                                                                                                     capsys):
     import nanodflash
     from nanodflash.checkpoint import read
-    from nanodflash.pipeline.summary import print_summary
+    from nanodflash.pipeline.summary import Summary
     _, target, drafter = nanodflash.load(str(smoke_out))
     data = read(str(smoke_out / "data.pt"), "generated data")
     prompts = [s[:8] for s in data["val"][:3].tolist()]
@@ -84,12 +85,13 @@ def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_sp
               "speedup (block_size=8, 24 new tokens)")
     sampled = ("sampling (T=0.7 top-p 0.95, rejection verifier, the sampling drafter, block_size=auto, 3 val "
                "prompts): tau ",)
-    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1)
+    Summary(target=target, drafter=drafter, data=data, prompts=prompts, new_tokens=24).print()
     out = capsys.readouterr().out
     assert all(line in out for line in greedy), f"the summary lacks a greedy line:\n{out}"
     assert "sampling (" not in out, \
         f"without a sampling drafter the summary times no sampled decoding:\n{out}"
-    print_summary(target, drafter, data, prompts, 24, 0, 0, {}, {}, 1, sampler)
+    Summary(target=target, drafter=drafter, data=data, prompts=prompts, new_tokens=24,
+            sampler=sampler).print()
     out = capsys.readouterr().out
     for line in greedy + sampled:
         assert line in out, f"the summary lacks {line!r}:\n{out}"

@@ -6,5 +6,7 @@
                  prompt_lookup.py: drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
-    flag checks  cli.py: argparse types shared by every script
+    traces       trace.py: a run recorded step by step (sample.py --trace); trace_page.py: its HTML page
+    course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts
+    flag checks  cli.py: argparse types shared by every script, and the decoding thread count
 """

@@ -54,12 +54,12 @@ from .. import checkpoint as ckpt
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..drafting import RowByRow
-from ..train_drafter import measure_tau, slot_accuracy, train_drafter
+from ..train_drafter import DraftTraining, measure_tau, slot_accuracy, train_drafter
 from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
-# train_drafter's arguments <- the flags of train_tiny.py that drafter.pt's record holds
+# DraftTraining's fields <- the flags of train_tiny.py that drafter.pt's record holds
 RECIPE_FLAGS = dict(steps="draft_steps", batch_size="draft_batch", n_anchors="draft_anchors", lr="draft_lr",
                     gamma="gamma", seed="seed", soft_weight="soft_weight", long_batch="long_batch",
                     long_anchors="long_anchors")
@@ -252,12 +252,9 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
 
         def eval_fn(m):
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
-        hist = train_drafter(d, data["train"], recipe["steps"], recipe["batch_size"], recipe["n_anchors"],
-                             recipe["lr"], min_anchor=min_anchor, gamma=recipe["gamma"], seed=recipe["seed"],
-                             eval_fn=eval_fn,
-                             eval_every=max(1, recipe["steps"] // 4), resume=ckpt.resume_path(path),
-                             soft_weight=recipe["soft_weight"], long_seqs=data.get("train_long"),
-                             long_batch=recipe["long_batch"], long_anchors=recipe["long_anchors"])
+        how = DraftTraining(**recipe, min_anchor=min_anchor, eval_every=max(1, recipe["steps"] // 4))
+        hist = train_drafter(d, data["train"], how, long_seqs=data.get("train_long"), eval_fn=eval_fn,
+                             resume=ckpt.resume_path(path))
         save_baseline(path, d, hist)
         models[kind] = d
     return models
