@@ -69,6 +69,22 @@ class DrafterInterface:
         return RowByRow(self, rows, max_len)
 
 
+class TokenContext(DrafterInterface):
+    """A drafter whose context is the verified token ids themselves, a plain list (prompt lookup, the
+    exercises' oracles): it asks the target for one layer's features and ignores them."""
+
+    def new_cache(self, max_len):
+        """The verified token ids, oldest first (`max_len` is not needed)."""
+        return []
+
+    def extend(self, cache, features, tokens):
+        """Append newly verified ids: tokens (1, t). `features` are unused."""
+        cache.extend(tokens[0].tolist())
+
+    def context_length(self, cache):
+        return len(cache)
+
+
 class RowByRow:
     """The batched decoder's drafter context for any drafter: one batch-1 cache per row, drafted row by row,
     so every row drafts exactly what it drafts alone. A drafter that can batch its rows returns its own

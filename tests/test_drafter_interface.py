@@ -15,7 +15,7 @@ import torch
 
 from helpers import ROOT, tiny_target
 from nanodflash.batch import speculative_generate_batch
-from nanodflash.drafting import DrafterInterface
+from nanodflash.drafting import TokenContext
 from nanodflash.exercises.models import small_target
 from nanodflash.exercises.oracle import (
     ALPHA,
@@ -31,22 +31,13 @@ from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tree import tree_speculative_generate
 
 
-class BigramDrafter(DrafterInterface):
+class BigramDrafter(TokenContext):
     """Drafts a chain from a (V, V) table of next-token logits: slot t's logits are table[previous token]."""
     kind = "bigram"
 
     def __init__(self, table, block_size, top_k=4):
         self.table, self.top_k = table, top_k
         self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0], mask_token_id=-1)
-
-    def new_cache(self, max_len):
-        return []                                   # it conditions on the last token only
-
-    def extend(self, cache, features, tokens):
-        cache.extend(tokens[0].tolist())
-
-    def context_length(self, cache):
-        return len(cache)
 
     def chain(self, anchor, n):
         """The greedy chain after anchor: the predecessor of each of the n slots."""

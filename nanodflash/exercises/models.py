@@ -14,7 +14,7 @@ import torch
 
 from ..dflash2 import DFlash2Config, DFlash2Drafter
 from ..drafter import Drafter, DrafterConfig
-from ..drafting import DrafterInterface
+from ..drafting import DrafterInterface, TokenContext
 from ..gpt import GPT, GPTConfig
 from ..speculative import generate
 
@@ -102,7 +102,7 @@ def greedy_continuation(target, context, n, lookahead=64):
     return run[len(context):len(context) + n]
 
 
-class OracleDrafter(DrafterInterface):
+class OracleDrafter(TokenContext):
     """A drafter double that drafts the target's own greedy continuation, then (optionally) breaks it.
 
     `n_right(rng, n)` says how many leading drafts of a block are correct (default: all of them); the rest
@@ -115,15 +115,6 @@ class OracleDrafter(DrafterInterface):
                                             mask_token_id=MASK_ID)
         self.rng = torch.Generator().manual_seed(seed)
         self.calls = 0
-
-    def new_cache(self, max_len):
-        return []
-
-    def extend(self, cache, features, tokens):
-        cache.extend(tokens[0].tolist())
-
-    def context_length(self, cache):
-        return len(cache)
 
     def draft(self, cache, anchor, n_draft, choose):
         self.calls += 1

@@ -9,7 +9,7 @@ import types
 
 import torch
 
-from ..drafting import DrafterInterface
+from ..drafting import TokenContext
 
 ONE_HOT_SCALE = 1e4     # logits of a copied token: exp(-1e4) underflows to 0, so q is exactly one-hot
 
@@ -30,7 +30,7 @@ def lookup(tokens, n_draft, max_ngram=3):
     return []
 
 
-class PromptLookupDrafter(DrafterInterface):
+class PromptLookupDrafter(TokenContext):
     """Draft up to `n_draft` tokens per step by n-gram lookup in the prompt and the text generated so far.
 
     It drafts by copying. Take the last m tokens of the text so far (context + the anchor), find their most
@@ -43,7 +43,7 @@ class PromptLookupDrafter(DrafterInterface):
         context: ... a b c X Y Z ... a b c | anchor = c      last 3 tokens "a b c" occurred before,
                            ^^^^^ drafts: X Y Z (up to n_draft)  followed by X Y Z: draft those
 
-    It speaks the drafter protocol of `speculative_generate` (speculative.py): it asks for one target layer's
+    It speaks the drafter interface (drafting.py, a TokenContext): it asks for one target layer's
     features (the loop hands every drafter features) and ignores them, its cache is the list of verified
     token ids, and `draft` hands `choose` one-hot logits, so the greedy and match rules pick exactly the
     copied tokens and the rejection rule sees a one-hot q (exact). Drafts may be fewer than asked, or none;
@@ -57,17 +57,6 @@ class PromptLookupDrafter(DrafterInterface):
             raise ValueError(f"need n_draft >= 0 and max_ngram >= 1, got {n_draft} and {max_ngram}")
         self.target, self.max_ngram = target, max_ngram
         self.config = types.SimpleNamespace(block_size=n_draft + 1, target_layer_ids=[0], mask_token_id=-1)
-
-    def new_cache(self, max_len):
-        """The verified token ids, oldest first (a plain list; `max_len` is not needed)."""
-        return []
-
-    def extend(self, cache, features, tokens):
-        """Append newly verified ids: tokens (1, t). `features` are unused."""
-        cache.extend(tokens[0].tolist())
-
-    def context_length(self, cache):
-        return len(cache)
 
     def draft(self, cache, anchor, n_draft, choose):
         """Copy up to n_draft tokens by lookup; return choose(one-hot logits (n, V)), n <= n_draft (maybe
