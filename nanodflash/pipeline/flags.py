@@ -11,9 +11,8 @@ ranges are argparse's job (nanodflash/tools/cli.py). `parse_layer_ids("1,5,9", n
 import argparse
 import sys
 
-from ..checkpoint import DRAFTER_KINDS
 from ..dflash2 import DFlash2Config
-from ..tools.cli import MAX_COUNT, MAX_SEED, check_device, floats, ints
+from ..tools.cli import check_device
 from . import recipe
 
 
@@ -71,7 +70,8 @@ def parse_layer_ids(text, n_layer):
 
 
 def parse_args(argv=None, description=None):
-    """train_tiny.py's flags, parsed: their defaults are recipe.py's constants, a preset (--smoke:
+    """train_tiny.py's flags, parsed: the run's own (--out, --data, --smoke, --full, --fresh, --device) and
+    the recipe's (recipe.FLAGS: each flag's default, range and help), a preset (--smoke:
     recipe.SMOKE, --full: recipe.FULL) sets every flag not given by name, then the checks above run.
     `description`: the --help text above the flags (train_tiny.py's docstring)."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -88,86 +88,12 @@ def parse_args(argv=None, description=None):
     a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start "
       "over")
     a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    a("--seed", type=ints(0, MAX_SEED), default=recipe.SEED, help="random seed (default: %(default)s)")
-    a("--vocab_size", type=ints(258, 65536), default=recipe.VOCAB_SIZE,
-      help="BPE vocabulary size incl. 2 special tokens")
-    a("--n_layer", type=ints(1, 64), default=recipe.N_LAYER, help="target depth")
-    a("--n_embd", type=ints(2, 4096), default=recipe.N_EMBD, help="target width (the drafter shares it)")
-    a("--n_head", type=ints(1, 2048), default=recipe.N_HEAD, help="attention heads (target and drafter); "
-      "must divide --n_embd into an even head size")
-    a("--seq_len", type=ints(2, 4096), default=recipe.SEQ_LEN, help="target training window in tokens")
-    a("--target_steps", type=ints(1, MAX_COUNT), default=recipe.TARGET_STEPS,
-      help="target optimisation steps")
-    a("--target_batch", type=ints(1, 4096), default=recipe.TARGET_BATCH, help="target batch size (sequences)")
-    a("--target_lr", type=floats(0, 1, low_open=True), default=recipe.TARGET_LR,
-      help="target peak learning rate")
-    a("--n_seqs", type=ints(1, MAX_COUNT), default=recipe.N_SEQS,
-      help="number of target-generated sequences for the drafter")
-    a("--prompt_len", type=ints(1, 4096), default=recipe.PROMPT_LEN,
-      help="prompt tokens taken from the corpus per sequence")
-    a("--gen_len", type=ints(1, 4096), default=recipe.GEN_LEN,
-      help="tokens the target generates per sequence")
-    a("--long_seqs", type=ints(0, MAX_COUNT), default=recipe.LONG_SEQS, help="long target-generated "
-      "sequences for the drafter, 0 = none (default: %(default)s)")
-    a("--long_gen_len", type=ints(1, 4096), default=recipe.LONG_GEN_LEN,
-      help="tokens the target generates per long sequence")
-    a("--gen_temperature", type=floats(0), default=recipe.GEN_TEMPERATURE, help="0 = greedy continuations "
-      "only, >0 = some sampled at this temperature (default: %(default)s)")
-    a("--gen_greedy_frac", type=floats(0, 1), default=recipe.GEN_GREEDY_FRAC, help="with --gen_temperature "
-      "> 0: fraction of the short sequences continued greedily all the same, a greedy/sampled mix; long ones "
-      "are always greedy (default: %(default)s)")
-    a("--soft_weight", type=floats(0, 1), default=recipe.SOFT_WEIGHT, help="weight of the cross-entropy "
-      "against the target's next-token distribution in the drafter loss (the rest: the data token) "
-      "(default: %(default)s)")
-    a("--drafter", default=recipe.DRAFTER, choices=sorted(DRAFTER_KINDS), help="dflash2 (a candidate "
-      "selector and in-block convolutions on top of DFlash) or dflash (default: %(default)s)")
-    a("--draft_layers", type=ints(1, 64), default=recipe.DRAFT_LAYERS, help="drafter depth")
-    a("--selector_top_k", type=ints(1, 1024), default=recipe.SELECTOR_TOP_K, help="DFlash 2: candidates per "
-      "slot (default: %(default)s)")
-    a("--selector_rank", type=ints(1, 4096), default=recipe.SELECTOR_RANK, help="DFlash 2: rank of the "
-      "predecessor x candidate term (default: %(default)s)")
-    a("--conv_kernel_size", type=ints(0, 256), default=recipe.CONV_KERNEL, help="DFlash 2: taps of the "
-      "in-block convolutions, 1 = none mixing across slots, 0 = no convolutions: the selector alone "
-      "(default: %(default)s)")
-    a("--target_layer_ids", default=recipe.TARGET_LAYER_IDS, help="comma-separated target layers "
-      "(0-indexed) feeding the drafter; empty = the paper's rule (default: %(default)s)")
-    a("--gen_batch", type=ints(1, 4096), default=recipe.GEN_BATCH,
-      help="sequences generated in parallel for the drafter data")
-    a("--block_size", type=ints(2, 256), default=recipe.BLOCK_SIZE,
-      help="DFlash draft block size B (anchor + B-1 masks)")
-    a("--draft_steps", type=ints(1, MAX_COUNT), default=recipe.DRAFT_STEPS, help="drafter optimisation steps")
-    a("--draft_batch", type=ints(1, 4096), default=recipe.DRAFT_BATCH, help="sequences per drafter step")
-    a("--draft_anchors", type=ints(1, 256), default=recipe.DRAFT_ANCHORS,
-      help="random anchors (blocks) per sequence per step")
-    a("--draft_lr", type=floats(0, 1, low_open=True), default=recipe.DRAFT_LR,
-      help="drafter peak learning rate")
-    a("--gamma", type=floats(0, low_open=True), default=recipe.GAMMA, help="loss decay gamma, weights "
-      "exp(-(k-1)/gamma) (default: %(default)s)")
-    a("--sampling", action=argparse.BooleanOptionalAction, default=recipe.SAMPLING, help="train the "
-      "sampling drafter too (drafter_sampling.pt: the drafter tuned on sampled continuations, which "
-      "sample.py and the benchmark sample with); --no-sampling: greedy decoding only, a few minutes less (a "
-      "later run without it adds just this stage) (default: %(default)s)")
-    a("--sampling_steps", type=ints(1, MAX_COUNT), default=recipe.SAMPLING_STEPS, help="with --sampling: "
-      "fine-tuning steps of the sampling drafter (default: %(default)s)")
-    a("--sampling_seqs", type=ints(1, MAX_COUNT), default=recipe.SAMPLING_SEQS, help="with --sampling: "
-      "continuations sampled at --sampling_temperature for the sampling drafter, in data_sampled.pt "
-      "(default: %(default)s)")
-    a("--sampling_temperature", type=floats(0, low_open=True), default=recipe.SAMPLING_TEMPERATURE,
-      help="temperature the sampling drafter's continuations are sampled at (default: %(default)s)")
-    a("--sampling_lr", type=floats(0, 1, low_open=True), default=recipe.SAMPLING_LR, help="sampling drafter "
-      "peak learning rate (default: %(default)s)")
-    a("--long_batch", type=ints(0, 4096), default=recipe.LONG_BATCH, help="long sequences per drafter step "
-      "(default: %(default)s)")
-    a("--long_anchors", type=ints(1, 256), default=recipe.LONG_ANCHORS,
-      help="anchors per long sequence per step")
-    a("--eval_long_prompts", type=ints(1, 10000), default=recipe.EVAL_LONG_PROMPTS, help="prompts for the "
-      "summary's long generations")
-    a("--eval_long_tokens", type=ints(0, 4096), default=recipe.EVAL_LONG_TOKENS, help="tokens per long "
-      "summary generation, 0 = skip them (default: %(default)s)")
-    a("--eval_prompts", type=ints(1, 10000), default=recipe.EVAL_PROMPTS,
-      help="validation prompts for the summary")
-    a("--eval_new_tokens", type=ints(2, 4096), default=recipe.EVAL_NEW_TOKENS,
-      help="tokens generated per summary prompt")
+    for name, f in recipe.FLAGS.items():                       # the recipe's flags, each described there
+        text = f"{f.help} (default: %(default)s)"
+        if isinstance(f.default, bool):
+            a(f"--{name}", action=argparse.BooleanOptionalAction, default=f.default, help=text)
+        else:
+            a(f"--{name}", type=f.check, default=f.default, choices=f.choices, help=text)
     args = p.parse_args(argv)
     if args.smoke and args.full:
         p.error("--smoke and --full are two recipes: choose one")
