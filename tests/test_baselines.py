@@ -11,7 +11,7 @@ from helpers import tiny_drafter, tiny_target
 from nanodflash.pipeline import recipe
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools import baselines, bench, bench_sections
+from nanodflash.tools import baselines, bench, draft_costs
 from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
 from nanodflash.tools.measure import DraftForwardCounter
 from nanodflash.train_drafter import (
@@ -123,7 +123,7 @@ def test_drafter_forward_passes_per_draft_step_grow_with_k_for_ar_and_stay_one_f
     assert counts["dflash"] == [1] * 15, f"DFlash drafts any block in one forward, counted {counts['dflash']}"
     assert counts["ar"] == list(range(1, 16)), \
         f"AR drafting takes one forward per token, counted {counts['ar']}"
-    curve = bench_sections.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8,
+    curve = draft_costs.draft_cost_curve(target, {"dflash": drafter, "ar": ar}, [1, 2, 3], context_len=8,
                                             n=1)
     assert curve["forwards"] == counts and len(curve["seconds"]["ar"]) == 15, \
         "the printed curve counts the same"

@@ -14,7 +14,7 @@ from nanodflash.data import val_prompts
 from nanodflash.drafter import Drafter
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools import bench, bench_batch, bench_methods, bench_sections, bench_tree
+from nanodflash.tools import bench, bench_batch, bench_methods, bench_table, bench_tree, draft_costs, lost_tau
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.tree import tree_speculative_generate
 
@@ -138,7 +138,7 @@ def test_bench_a_new_method_is_one_more_list_entry(setup):
 
 def test_bench_step_costs_are_measured_at_the_requested_block_size(setup):
     target, drafter, prompts, _ = setup
-    c = bench_sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + 40, block_size=16, n=3)
+    c = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + 40, block_size=16, n=3)
     assert c["block_size"] == min(16, drafter.config.block_size), f"block size not capped: {c}"
     assert all(c[k] > 0 for k in ("draft_s", "verify_s", "plain_step_s")), f"a cost was not measured: {c}"
     assert c["context_len"] == len(prompts[0]) + 40, "step costs measured at the wrong context"
@@ -263,7 +263,7 @@ def test_oracle_selector_tau_is_at_least_the_drafters_greedy_tau(oracle_setup):
         real = [speculative_generate(target, drafter, p, 30, block_size=b)[1] for p in prompts]
         lengths = [a for s in real for a in s.acceptance_lengths]
         greedy_tau = sum(lengths) / len(lengths)
-        taus[b] = (greedy_tau, bench_sections.oracle_selector_tau(drafter, prompts, refs, b, top_k=16))
+        taus[b] = (greedy_tau, lost_tau.oracle_selector_tau(drafter, prompts, refs, b, top_k=16))
         assert taus[b][1] >= taus[b][0], \
             f"B={b}: oracle tau {taus[b][1]:.2f} < the drafter's greedy tau {taus[b][0]:.2f}"
     assert taus[8][1] > taus[8][0], f"the top-16 oracle never helped: {taus} (the test exercises nothing)"
@@ -273,7 +273,7 @@ def test_oracle_selector_with_top_1_is_the_drafter_itself(oracle_setup):
     target, drafter, prompts, refs = oracle_setup
     runs = [speculative_generate(target, drafter, p, 30, block_size=8)[1] for p in prompts]
     lengths = [a for stats in runs for a in stats.acceptance_lengths]
-    oracle = bench_sections.oracle_selector_stats(drafter, prompts, refs, 8, top_k=1)
+    oracle = lost_tau.oracle_selector_stats(drafter, prompts, refs, 8, top_k=1)
     assert oracle["acceptance_lengths"] == lengths, \
         "a top-1 'selector' must draft exactly the drafter's argmax"
 
@@ -281,7 +281,7 @@ def test_oracle_selector_with_top_1_is_the_drafter_itself(oracle_setup):
 def test_oracle_selector_with_top_k_the_vocabulary_drafts_everything_right(oracle_setup):
     target, drafter, prompts, refs = oracle_setup
     V, B, new = target.config.vocab_size, 8, 30
-    oracle = bench_sections.oracle_selector_stats(drafter, prompts, refs, B, top_k=V)
+    oracle = lost_tau.oracle_selector_stats(drafter, prompts, refs, B, top_k=V)
     assert oracle["candidate_recall"] == 1.0, \
         f"every true token is among all V candidates: {oracle['candidate_recall']}"
     expected = []
@@ -298,7 +298,7 @@ def test_oracle_selector_refuses_a_reference_that_is_not_the_greedy_output(oracl
     target, drafter, prompts, refs = oracle_setup
     wrong = [refs[0][:5] + [(refs[0][5] + 1) % target.config.vocab_size] + refs[0][6:]]
     with pytest.raises(ValueError, match="not the plain greedy output"):
-        bench_sections.oracle_selector_stats(drafter, prompts[:1], wrong, 8)
+        lost_tau.oracle_selector_stats(drafter, prompts[:1], wrong, 8)
 
 
 def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_late_step_costs(
@@ -376,8 +376,8 @@ def test_policy_costs_recover_the_step_and_slot_costs_the_rows_were_made_with():
                                 verify_s=0.7 * steps * (step_s + slot_s * (b - 2)))
     rows = {"plain greedy": dict(tokens_per_s=1 / plain_s), "dflash2 greedy B=4": row(4, 50),
             "dflash2 greedy B=16": row(16, 20)}
-    c = bench_sections.policy_costs(rows, "dflash2", 16)
+    c = bench_table.policy_costs(rows, "dflash2", 16)
     assert c["step_cost"] == pytest.approx(step_s / plain_s), f"policy costs {c}: step {step_s / plain_s:.3f}"
     assert c["slot_cost"] == pytest.approx(slot_s / step_s), f"policy costs {c}: slot {slot_s / step_s:.4f}"
-    assert bench_sections.policy_costs(rows, "dflash2", 4) is None, \
+    assert bench_table.policy_costs(rows, "dflash2", 4) is None, \
         "B <= 4 leaves nothing to measure a slot by"

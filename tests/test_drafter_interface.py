@@ -161,7 +161,8 @@ def test_a_bigram_drafter_samples_exactly_the_targets_distribution(small_pair, d
 # ----------------------------------------------------------------------------- decoders ask, never test
 
 ASKING_FILES = ["speculative.py", "tree.py", "sampled_tree.py", "batch.py", "step_costs.py", "tools/trace.py",
-                "tools/bench_sections.py", "../notebooks/_setup.py"]
+                "tools/lost_tau.py", "tools/draft_costs.py",
+                "../notebooks/_setup.py"]
 
 
 def kind_tests(path):

@@ -1,7 +1,8 @@
 """Tooling around the algorithm, by purpose. Tools import nanodflash's core; the core never imports a tool.
 
     benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
-                 (bench_methods.py), sections (bench_sections.py) and measuring helpers (measure.py)
+                 (bench_methods.py), printed table (bench_table.py), step costs timed in isolation
+                 (draft_costs.py), where τ is lost (lost_tau.py) and measuring helpers (measure.py)
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
                  prompt_lookup.py: drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;

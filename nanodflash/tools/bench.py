@@ -30,7 +30,7 @@ After the table:
     slots        per draft slot of the T=0.7 rejection rows (main drafter, and the sampling drafter if any):
                  sum min(p, q) = 1 - TV and acceptance
     oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
-                 would reach (bench_sections.py): how much a better choice of token could still gain
+                 would reach (lost_tau.py): how much a better choice of token could still gain
     draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
     and a comparison of the DFlash row's tokens/s with the best AR and the best prompt lookup setting.
 
@@ -49,7 +49,7 @@ import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
 from ..step_costs import measured_costs, sync
-from . import bench_sections as sections
+from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
 from .bench_methods import (
     SAMPLED,
@@ -221,7 +221,7 @@ def main(argv=None, extra=None):
           f"{args.max_new_tokens} new tokens each | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
     print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
-    print(sections.format_table(rows))
+    print(bench_table.format_table(rows))
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
           "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
@@ -231,11 +231,11 @@ def main(argv=None, extra=None):
     # the ceiling, from in-loop costs
     main_B = min(16, drafter.config.block_size)
     main_row = by_name.get(f"{kind} greedy B={main_B}")
-    policy = sections.policy_costs(by_name, kind, main_B)               # block_policy's constants, measured
+    policy = bench_table.policy_costs(by_name, kind, main_B)          # block_policy's constants, measured
     if main_row is not None:
-        print(sections.format_ceiling(main_row, by_name["plain greedy"]))
+        print(bench_table.format_ceiling(main_row, by_name["plain greedy"]))
         if policy:
-            print(sections.format_policy_costs(policy, measured_costs(target, drafter)))
+            print(bench_table.format_policy_costs(policy, measured_costs(target, drafter)))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 
@@ -247,17 +247,17 @@ def main(argv=None, extra=None):
         T, p = SAMPLED
         acceptance = {}
         for name, d in sampling_drafters(drafter, sampler).items():
-            acceptance[name] = sections.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
+            acceptance[name] = lost_tau.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
                                                         args.seed)
-            print("\n" + sections.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
+            print("\n" + lost_tau.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
     if not args.greedy_only and not args.sampled_only:
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
-        text, oracles = sections.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
+        text, oracles = lost_tau.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
                                                 ORACLE_TOP_K)
         print("\n" + text)
 
     # step costs in isolation, and one draft step per DFlash-style drafter
-    costs = sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2,
+    costs = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2,
                                 n=N_TIMED_CALLS)
     B, ms = costs["block_size"], {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
     print(f"\nstep costs (median of {N_TIMED_CALLS} calls, context {costs['context_len']} tokens, B={B}):")
@@ -266,7 +266,7 @@ def main(argv=None, extra=None):
                        ("plain  (target: 1 token, with cache)", "plain_step_s")):
         print(f"  {label:<40} {ms[key]:8.3f} ms")
     if args.max_new_tokens > 96:                           # the same steps late in a long generation
-        late = sections.step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B,
+        late = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B,
                                    n=N_TIMED_CALLS)
         costs["late"] = late
         print(f"  at context {late['context_len']}: " + ", ".join(
@@ -274,15 +274,15 @@ def main(argv=None, extra=None):
             for k in ("draft_s", "verify_s", "plain_step_s")))
     draft_steps = None
     if len(family) > 1:                                    # e.g. DFlash 2 vs DFlash, same context and B
-        context = sections.realistic_context(target, prompts[0], costs["context_len"])
-        draft_steps = sections.draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
-        print("\n".join(sections.format_draft_steps(draft_steps, family, B - 1, kind)))
+        context = draft_costs.realistic_context(target, prompts[0], costs["context_len"])
+        draft_steps = draft_costs.draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
+        print("\n".join(draft_costs.format_draft_steps(draft_steps, family, B - 1, kind)))
 
     curve = None
     if "ar" in extra:                                # the paper's Figure 3: flat for DFlash, linear for AR
-        curve = sections.draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
-        print("\n" + sections.format_cost_curve(curve))
-    lines = [sections.compare(main_row, [r for r in rows if r["name"].startswith(prefix)], what)
+        curve = draft_costs.draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
+        print("\n" + draft_costs.format_cost_curve(curve))
+    lines = [bench_table.compare(main_row, [r for r in rows if r["name"].startswith(prefix)], what)
              for prefix, what in (("ar ", "AR"), ("prompt lookup", "prompt lookup"))]
     print("\n".join([""] + [line for line in lines if line]))
     if args.json:

@@ -1,0 +1,56 @@
+"""What `python -m nanodflash.tools.bench` prints besides its measurements: the table of rows, the ceiling
+line of a speculative row, `block_size="auto"`'s costs as the run measured them (`policy_costs`) and the
+comparison of a row with the best of some others (`compare`)."""
+
+
+def format_table(rows):
+    lines = [f"{'method':<36} {'tau':>6} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
+    for r in rows:
+        lines.append(f"{r['name']:<36} {r['tau']:>6.2f} {r['forwards_per_token']:>9.3f} "
+                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
+    return "\n".join(lines)
+
+
+def format_ceiling(row, plain):
+    """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step
+    costs."""
+    b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
+    return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
+            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
+            f"(measured: {row['speedup']:.2f}x)\n"
+            f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + "
+            f"extend), t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
+            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify "
+            "time")
+
+
+def policy_costs(by_name, kind, B):
+    """The costs block_policy weighs drafts by, as this run measured them in the loop: per-step time
+    (draft + verify) of the greedy rows at B=4 and B, against plain greedy's time per token. None when a
+    row is missing (or B <= 4)."""
+    small, big = (by_name.get(f"{kind} greedy B={b}") for b in (4, B))
+    plain = by_name.get("plain greedy")
+    if B <= 4 or not (small and big and plain):
+        return None
+    per_step = lambda r: (r["draft_s"] + r["verify_s"]) / r["steps"]       # noqa: E731
+    slot = (per_step(big) - per_step(small)) / (B - 4)                      # seconds per extra block slot
+    one_draft = per_step(small) - 2 * slot                                  # a block of 2: anchor + 1 draft
+    return dict(step_cost=one_draft * plain["tokens_per_s"], slot_cost=slot / one_draft)
+
+
+def format_policy_costs(costs, table):
+    """The in-loop costs next to the calibration block_size="auto" used (step_costs.py: `table`, cost(n) in
+    steps without drafts)."""
+    slot = (table[-1] - table[1]) / (len(table) - 2) / table[1]
+    return (f"block_policy (B=auto) costs, in-loop from the greedy rows: a 1-draft step = "
+            f"{costs['step_cost']:.2f} plain steps (calibrated: {table[1]:.2f} steps without drafts), one "
+            f"more block slot = {costs['slot_cost']:.3f} of it (calibrated: {slot:.3f})")
+
+
+def compare(row, others, what):
+    """'<row> vs the best <what> setting (<name>, tau t): x the tokens/s', or None when either is missing."""
+    if row is None or not others:
+        return None
+    best = max(others, key=lambda r: r["tokens_per_s"])
+    return (f"{row['name']} vs the best {what} setting ({best['name']}, tau {best['tau']:.2f}): "
+            f"{row['tokens_per_s'] / best['tokens_per_s']:.2f}x the tokens/s")
