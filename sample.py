@@ -28,6 +28,7 @@ import torch
 import nanodflash
 from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.data import val_prompts
+from nanodflash.repetition import repetition
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
@@ -223,7 +224,8 @@ def main(argv=None):
     print("-" * 80)
     steps = len(stats.acceptance_lengths)
     print(f"DFlash: {len(tokens)} tokens = 1 from the prefill + {steps} draft/verify steps; "
-          f"τ (mean acceptance length) = {stats.tau:.2f}")
+          f"τ (mean acceptance length) = {stats.tau:.2f} on text {100 * repetition(tokens):.0f}% repeated "
+          "(tokens closing a 4-gram seen before in it)")
     print(f"target forward passes: {stats.target_forwards} (plain decoding: {len(tokens)})")
     print("acceptance length histogram (tokens emitted per step, bonus included):")
     print(bars(stats.histogram))

@@ -35,3 +35,13 @@ def repetition(tokens, n=N):
     0.6
     """
     return sum(repeats(tokens, n)) / len(tokens) if tokens else 0.0
+
+
+def pooled_repetition(continuations, n=N):
+    """The repetition of several continuations together: all their repeats over all their tokens.
+
+    >>> pooled_repetition([[1, 2, 3, 4, 1, 2, 3, 4, 5], [6] * 5])      # 1 + 1 repeats in 9 + 5 tokens
+    0.14285714285714285
+    """
+    tokens = sum(len(c) for c in continuations)
+    return sum(sum(repeats(c, n)) for c in continuations) / tokens if tokens else 0.0

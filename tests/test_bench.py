@@ -14,7 +14,16 @@ from nanodflash.data import val_prompts
 from nanodflash.drafter import Drafter
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tools import bench, bench_batch, bench_methods, bench_table, bench_tree, draft_costs, lost_tau
+from nanodflash.tools import (
+    bench,
+    bench_batch,
+    bench_methods,
+    bench_table,
+    bench_tree,
+    draft_costs,
+    lost_tau,
+    measure,
+)
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.tree import tree_speculative_generate
 
@@ -381,3 +390,30 @@ def test_policy_costs_recover_the_step_and_slot_costs_the_rows_were_made_with():
     assert c["slot_cost"] == pytest.approx(slot_s / step_s), f"policy costs {c}: slot {slot_s / step_s:.4f}"
     assert bench_table.policy_costs(rows, "dflash2", 4) is None, \
         "B <= 4 leaves nothing to measure a slot by"
+
+
+def test_bench_rows_carry_the_repetition_of_their_own_output(setup):
+    rows = setup[3]
+    for name, r in rows.items():
+        assert 0 <= r["repetition"] <= 1, f"{name}: repetition {r['repetition']} is not a share"
+        assert len(r["by_prompt"]) == N_PROMPTS, f"{name}: one record per prompt"
+        if r["temperature"] == 0:          # greedy outputs equal plain greedy's, and so does their repetition
+            assert r["repetition"] == rows["plain greedy"]["repetition"], \
+                f"{name}: greedy output's repetition differs from plain greedy's"
+
+
+def test_terciles_sort_prompts_by_plain_greedy_repetition_and_count_tau_as_the_row_does():
+    plain = dict(name="plain greedy", temperature=0.0, by_prompt=[
+        dict(tokens=9, steps=8, rate=10.0, repetition=r) for r in (0.9, 0.1, 0.5, 0.3, 0.7, 0.2)])
+    spec = dict(name="dflash2 greedy B=8", temperature=0.0, by_prompt=[
+        dict(tokens=9, steps=s, rate=10.0 * (9 / s) / 2, repetition=0.0) for s in (1, 8, 4, 4, 2, 8)])
+    sampled = dict(name="plain T=1", temperature=1.0, by_prompt=[])
+    measure.tau_by_repetition([plain, spec, sampled])
+    assert "terciles" not in sampled, "a sampled row was split by greedy repetition"
+    t = spec["terciles"]
+    assert [round(x["repetition"], 3) for x in t] == [0.15, 0.4, 0.8], f"not sorted by repetition: {t}"
+    # each group: 2 prompts x 9 tokens, the prefill's 2 excluded, over the group's steps
+    assert all(math.isclose(x["tau"], want) for x, want in zip(t, [16 / 16, 16 / 8, 16 / 3])), \
+        f"tau per tercile: {t}"
+    assert math.isclose(t[2]["speedup"], (45 / 2 + 45 / 1) / 2 / 10.0), f"speedup: median rate / plain's: {t}"
+    assert plain["terciles"][0]["tau"] == 1.0, "plain greedy's own tercile tau must be one token per step"

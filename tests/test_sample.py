@@ -31,6 +31,8 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
         f"the greedy self-check line is missing:\n{r.stdout}"
     assert "τ (mean acceptance length)" in r.stdout and "plain decoding" in r.stdout, \
         f"τ or speed missing:\n{r.stdout}"
+    assert re.search(r"τ \(mean acceptance length\) = [0-9.]+ on text [0-9]+% repeated", r.stdout), \
+        f"τ without the repetition of the text it was measured on:\n{r.stdout}"
     assert re.search(r"plain [0-9.]+s vs DFlash [0-9.]+s -> [0-9.]+x", r.stdout), \
         f"no side-by-side speed:\n{r.stdout}"
     assert "\033[" not in r.stdout, "ANSI colour codes were written to a pipe (not a terminal)"

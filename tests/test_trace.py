@@ -9,6 +9,7 @@ import torch
 
 from helpers import run_command
 from nanodflash.exercises.models import small_drafters, small_target, tiny_dflash2, tiny_drafter, tiny_target
+from nanodflash.repetition import repetition
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.trace import TraceRecorder, replay
@@ -72,10 +73,12 @@ def test_recording_a_run_changes_neither_its_tokens_nor_its_acceptance_lengths(c
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c[0])
 def test_the_steps_rebuild_the_output_and_greedy_traces_rebuild_plain_greedy_decoding(case):
     name, decode, drafter, kw = case
-    out, _, recorder = run(decode, drafter, True, **dict(kw))
+    out, stats, recorder = run(decode, drafter, True, **dict(kw))
     trace = recorder.trace(PROMPT[:2], out)
     assert replay(trace) == out, \
         f"{name}: the prefill token, then each step's kept drafts and bonus, is not the output"
+    assert trace["run"] == dict(tau=stats.tau, repetition=repetition(out)), \
+        f"{name}: the page's header must show the run's τ beside its output's repetition: {trace['run']}"
     if not kw:
         target = tiny_target()
         assert replay(trace) == generate(target, PROMPT[:2], len(out)), f"{name}: not plain greedy decoding"

@@ -1,5 +1,7 @@
 """Ladder 7: training works -- losses fall, and a trained drafter drafts better than an untrained one."""
 
+import re
+
 import torch
 
 from helpers import tiny_drafter, tiny_target
@@ -95,6 +97,8 @@ def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_sp
     out = capsys.readouterr().out
     for line in greedy + sampled:
         assert line in out, f"the summary lacks {line!r}:\n{out}"
+    beside = re.findall(r"\d+\.\d\d on text (\d+)% repeated", out)
+    assert len(beside) == 2, f"the greedy and the sampled tau each need their text's repetition:\n{out}"
 
 
 def test_the_sampling_drafter_is_the_drafter_fine_tuned_on_sampled_continuations(smoke_out):

@@ -10,6 +10,7 @@ this process) and every greedy speculative output is checked against plain greed
 
 from dataclasses import dataclass, field
 
+from ..repetition import pooled_repetition
 from ..tools.bench_methods import SAMPLED
 from ..tools.measure import format_bands, side_by_side, tau_by_band
 from ..train_drafter import slot_accuracy
@@ -58,19 +59,23 @@ class Summary:
         print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
         B = drafter.config.block_size
         side_by_side(target, drafter, prompts[:2], self.new_tokens, None, ties=[])          # warm-up
-        ties = []
-        t_plain, t_spec, tau = side_by_side(target, drafter, prompts, self.new_tokens, None, ties=ties)
-        print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f}")
+        ties, outs = [], []
+        t_plain, t_spec, tau = side_by_side(target, drafter, prompts, self.new_tokens, None, ties=ties,
+                                            outputs=outs)
+        print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f} on text "
+              f"{100 * pooled_repetition(outs):.0f}% repeated (tokens closing a 4-gram seen before in it)")
         print(f"greedy speculative == plain greedy on {identical(len(prompts), ties)}")
         print(f"speedup (block_size={B}, {self.new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
               f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
         T, top_p = SAMPLED                                                              # as people sample
         if self.sampler is not None:                                   # sample.py's default: block_size auto
-            few = prompts[:SAMPLED_PROMPTS]
+            few, outs = prompts[:SAMPLED_PROMPTS], []
             t_plain, t_spec, tau = side_by_side(target, self.sampler, few, self.new_tokens, "auto",
-                                                temperature=T, top_p=top_p, verifier="rejection")
+                                                temperature=T, top_p=top_p, verifier="rejection",
+                                                outputs=outs)
             print(f"sampling (T={T} top-p {top_p}, rejection verifier, the sampling drafter, "
-                  f"block_size=auto, {len(few)} val prompts): tau {tau:.2f} | plain {t_plain:.2f}s vs "
+                  f"block_size=auto, {len(few)} val prompts): tau {tau:.2f} on text "
+                  f"{100 * pooled_repetition(outs):.0f}% repeated | plain {t_plain:.2f}s vs "
                   f"dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x (python -m nanodflash.tools.bench "
                   "--sampled_only: every sampled row)")
         if self.long_tokens:                                                        # does the speed hold?

@@ -48,6 +48,7 @@ import time
 import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
+from ..repetition import pooled_repetition, repetition
 from ..step_costs import measured_costs, sync
 from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
@@ -62,8 +63,16 @@ from .bench_methods import (
     prompt_lookup_method,
     sampling_drafters,
 )
-from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, ints, threads
-from .measure import PROMPT_SETS, ForwardCounter, bench_prompts, format_bands, machine, tau_by_band
+from .cli import DECODE_THREADS, check_device
+from .measure import (
+    ForwardCounter,
+    bench_flags,
+    bench_prompts,
+    format_bands,
+    machine,
+    tau_by_band,
+    tau_by_repetition,
+)
 
 # the methods are importable from here too
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",
@@ -97,7 +106,8 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         for m in methods:
             m.run(target, drafter, prompts[0], min(16, max_new_tokens), torch.Generator().manual_seed(seed))
     acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
-                        bounds=[], runs=[], matches_plain=True if m.temperature == 0 else None)
+                        bounds=[], runs=[], outs=[], by_prompt=[],
+                        matches_plain=True if m.temperature == 0 else None)
            for m in methods}
     counter = ForwardCounter(target)
     try:
@@ -113,11 +123,15 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
                 sync(device)
                 dt = time.perf_counter() - t0
                 outputs[m.name] = tokens
+                a["outs"].append(tokens)
                 a["tokens"] += len(tokens)
                 a["steps"] += len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
                 a["forwards"] += counter.n
                 a["seconds"] += dt
                 a["rates"].append(len(tokens) / dt)
+                steps = len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
+                a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
+                                           repetition=repetition(tokens)))
                 if stats is not None:
                     a["runs"].append(stats.acceptance_lengths)                     # for τ by position band
                     a["draft_s"] += stats.draft_time
@@ -138,6 +152,7 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         rate = statistics.median(a.pop("rates"))
         bounds = sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
         runs = a.pop("runs")
+        a["repetition"] = pooled_repetition(a.pop("outs"))          # of the text this row's τ was measured on
         a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # for JSON
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
                          tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
@@ -147,29 +162,13 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         base = next(b for b in rows if b["temperature"] == r["temperature"])
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
         r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
+    tau_by_repetition(rows)
     return rows
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
-                   "(default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
-                   "trained on, from OUT/run.json)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS,
-                   help="prompts (default: %(default)s)")
-    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
-                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
-                   "built-in corpus contains (default: %(default)s)")
-    p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
-                   help="tokens generated per prompt, 2 at least: one token makes no draft/verify step "
-                   "(default: %(default)s)")
-    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED,
-                   help="picks the prompts and seeds the T=1 samplers (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=threads, default=DECODE_THREADS,
-                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s, like "
-                   "train_tiny.py's summary)")
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, DECODE_THREADS)     # --out, --data, --prompts, ...
     p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy "
                    "rows, no extra sections but the step costs: a quick check, e.g. of long generations "
                    "(--max_new_tokens 480)")
@@ -224,6 +223,7 @@ def main(argv=None, extra=None):
     print(bench_table.format_table(rows))
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
           "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")
+    print(bench_table.format_terciles(rows))
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
     print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: "
           f"{'NO: ' + ', '.join(bad) if bad else 'yes'}")

@@ -23,10 +23,10 @@ import torch
 from ..batch import batch_costs, generate_batch, speculative_generate_batch
 from ..batch_policy import COST_ROWS
 from ..checkpoint import load, run_corpus
+from ..repetition import pooled_repetition
 from ..speculative import speculative_generate
 from ..step_costs import sync
-from .cli import MAX_SEED, ints, threads
-from .measure import PROMPT_SETS, bench_prompts, machine
+from .measure import bench_flags, bench_prompts, machine
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 
@@ -46,14 +46,15 @@ def batch1_methods(drafter):
 
 
 def run_batch_size(target, drafter, prompts, R, max_new_tokens):
-    """{method name: dict(tokens, seconds, tau, matches_plain)} over the prompts in batches of R,
-    interleaved."""
+    """{method name: dict(tokens, seconds, tau, repetition, matches_plain)} over the prompts in batches of R,
+    interleaved; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py)."""
     ms = methods(drafter) + (batch1_methods(drafter) if R == 1 else [])
     device = next(target.parameters()).device
     chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
     for _, fn in ms:                                               # warm-up: allocation, first-call costs
         fn(target, drafter, chunks[0], 8)
-    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, matches_plain=True) for name, _ in ms}
+    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True)
+           for name, _ in ms}
     for j, chunk in enumerate(chunks):
         outs = {}
         for name, fn in ms[j % len(ms):] + ms[: j % len(ms)]:
@@ -68,11 +69,13 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
                 a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
                 a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
             outs[name] = out
+            a["outs"] += out
         for name in outs:
             acc[name]["matches_plain"] &= outs[name] == outs["plain"]
     for a in acc.values():
         a["tokens_per_s"] = a["tokens"] / a["seconds"]
         a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
+        a["repetition"] = pooled_repetition(a.pop("outs"))
         del a["steps"]
     return acc
 
@@ -95,24 +98,11 @@ def format_costs(tables):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
-                   "(default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the run's, "
-                   "OUT/run.json)")
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, THREADS)      # --out, --data, --prompts, --seed, ...
     p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated "
                    "(default: %(default)s)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="held-out prompts per batch "
-                   "size")
-    p.add_argument("--max_new_tokens", type=ints(2, 100000), default=MAX_NEW_TOKENS)
-    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED)
-    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads "
-                   "(default: %(default)s)")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of "
                    "batch_policy.py (batch.py's auto)")
-    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
-                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
-                   "built-in corpus contains (default: %(default)s)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     try:
@@ -141,19 +131,20 @@ def main(argv=None):
             print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
         names = list(next(iter(result["batch"].values())))
         spec = [n for n in names if n.startswith("dflash")]
-        print("\ntotal tokens/s (ratio to plain batched decoding at the same batch size); τ in brackets")
-        print(f"{'method':<22}" + "".join(f"{'batch ' + str(R):>22}" for R in args.batch))
+        print("\ntotal tokens/s (ratio to plain batched decoding at the same batch size); τ and the "
+              "repetition of the text it was measured on in brackets")
+        print(f"{'method':<22}" + "".join(f"{'batch ' + str(R):>28}" for R in args.batch))
         for name in names + [n for n in result["batch"].get(1, {}) if n not in names]:
             cells = []
             for R in args.batch:
                 a, plain = result["batch"][R].get(name), result["batch"][R]["plain"]
                 if a is None:
-                    cells.append(f"{'':>22}")
+                    cells.append(f"{'':>28}")
                     continue
-                tau = f" [{a['tau']:.2f}]" if a["tau"] else ""
+                tau = f" [{a['tau']:.2f} {100 * a['repetition']:.0f}%]" if a["tau"] else ""
                 ratio = a["tokens_per_s"] / plain["tokens_per_s"]
-                cells.append(f"{a['tokens_per_s']:8.1f} ({ratio:4.2f}x){tau:>7}")
-            print(f"{name:<22}" + "".join(f"{c:>22}" for c in cells))
+                cells.append(f"{a['tokens_per_s']:8.1f} ({ratio:4.2f}x){tau:>12}")
+            print(f"{name:<22}" + "".join(f"{c:>28}" for c in cells))
         print("\nbatch size at which each block size stops paying (tokens/s below plain):")
         for name in spec:
             worse = [R for R in args.batch if result["batch"][R][name]["tokens_per_s"]

@@ -4,10 +4,27 @@ comparison of a row with the best of some others (`compare`)."""
 
 
 def format_table(rows):
-    lines = [f"{'method':<36} {'tau':>6} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
+    """A line per row; `repeated`: the share of the row's output tokens that close a 4-gram seen before in
+    their continuation (repetition.py), the text its τ was measured on."""
+    lines = [f"{'method':<36} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
     for r in rows:
-        lines.append(f"{r['name']:<36} {r['tau']:>6.2f} {r['forwards_per_token']:>9.3f} "
-                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
+        lines.append(f"{r['name']:<36} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
+                     f"{r['forwards_per_token']:>9.3f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
+    return "\n".join(lines)
+
+
+def format_terciles(rows):
+    """Each greedy row's τ and speedup on the least, middle and most repetitive third of the prompts (by
+    plain greedy's output: measure.tau_by_repetition)."""
+    split = [r for r in rows if r.get("terciles")]
+    if not split:
+        return ""
+    shares = " / ".join(f"{100 * t['repetition']:.0f}%" for t in split[0]["terciles"])
+    lines = [f"greedy tau and speedup on the least / middle / most repetitive third of the prompts (plain "
+             f"greedy's text there: {shares} repeated)"]
+    for r in split:
+        lines.append(f"  {r['name']:<34} " + " | ".join(f"tau {t['tau']:5.2f} {t['speedup']:5.2f}x"
+                                                     for t in r["terciles"]))
     return "\n".join(lines)
 
 

@@ -31,8 +31,8 @@ from ..speculative import generate, speculative_generate
 from ..tree import TREE_TEMPERATURE, tree_speculative_generate
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
-from .cli import MAX_COUNT, MAX_SEED, floats, ints, threads
-from .measure import PROMPT_SETS, bench_prompts, machine
+from .cli import floats, ints
+from .measure import bench_flags, bench_prompts, machine
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -134,8 +134,8 @@ def format_sweep(taus, sizes, temperatures, name):
 
 
 def format_rows(rows, records):
-    lines = [f"{'method':<24} {'tau':>6} {'tok/s':>8} {'speedup':>8} {'nodes/step':>10} {'draft ms':>9} "
-             f"{'verify ms':>9}  = plain"]
+    lines = [f"{'method':<24} {'tau':>6} {'repeated':>8} {'tok/s':>8} {'speedup':>8} {'nodes/step':>10} "
+             f"{'draft ms':>9} {'verify ms':>9}  = plain"]
     for r in rows:
         steps = max(r["steps"], 1)
         st = records.get(r["name"])
@@ -143,35 +143,21 @@ def format_rows(rows, records):
                  max(sum(len(s.acceptance_lengths) for s in st), 1)) if st else None
         per_step = (f"{nodes:>10.1f} {1e3 * r['draft_s'] / steps:>9.3f} {1e3 * r['verify_s'] / steps:>9.3f}"
                     if st else f"{'-':>10} {'-':>9} {'-':>9}")
-        lines.append(f"{r['name']:<24} {r['tau']:>6.2f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x "
-                     + per_step + f"  {'yes' if r['matches_plain'] else 'NO'}")
+        lines.append(f"{r['name']:<24} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
+                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x " + per_step
+                     + f"  {'yes' if r['matches_plain'] else 'NO'}")
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
-                   "(default: %(default)s)")
-    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
-                   "trained on, from OUT/run.json)")
-    p.add_argument("--n_prompts", type=ints(1, 10000), default=N_PROMPTS, help="prompts "
-                   "(default: %(default)s)")
-    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
-                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
-                   "built-in corpus contains (default: %(default)s)")
-    p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=MAX_NEW_TOKENS,
-                   help="tokens generated per prompt (default: %(default)s)")
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, THREADS)      # --out, --data, --prompts, --seed, ...
     p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
                    help="tree sizes N (draft nodes per step, at most) (default: %(default)s)")
     p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most "
                    "(default: K)")
     p.add_argument("--tree_temperature", type=floats(0, None, low_open=True), default=TREE_TEMPERATURE,
                    help="path scores = log-softmax(drafter scores / this) (default: %(default)s)")
-    p.add_argument("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the prompts "
-                   "(default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=threads, default=THREADS, help="torch CPU threads "
-                   "(default: %(default)s)")
     p.add_argument("--sweep", type=floats(0, None, low_open=True), nargs="+", default=None, metavar="S",
                    help="instead of the table: τ of every size at each of these tree temperatures (no "
                    "timing)")
@@ -233,8 +219,8 @@ def main(argv=None):
         print(f"  tau of a tree of every candidate path (the ceiling of any tree from this pass): "
               f"{ceiling['tau_ceiling']:.2f}")
     if args.json:
-        keep = ("name", "tau", "tokens_per_s", "speedup", "steps", "tokens", "draft_s", "verify_s",
-                "matches_plain")
+        keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "steps", "tokens", "draft_s",
+                "verify_s", "matches_plain")
         with open(args.json, "w") as f:
             json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
                            prompts=len(prompts), prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,

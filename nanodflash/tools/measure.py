@@ -33,11 +33,13 @@ import os
 import platform
 import time
 from dataclasses import dataclass
+from statistics import median
 
 import torch
 
 from ..data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from ..speculative import generate, speculative_generate
+from .cli import MAX_COUNT, MAX_SEED, ints, threads
 
 PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
 
@@ -54,6 +56,29 @@ def bench_prompts(which, tok, n, length, seed, data):
     if which == "third_party":
         return third_party_prompts(tok, n, length), f"third-party prompts ({THIRD_PARTY_PACKAGE} source)"
     return val_prompts(tok, n, length, seed, data), "validation prompts"
+
+
+def bench_flags(p, n_prompts, max_new_tokens, seed, threads_default):
+    """The flags every benchmark takes (bench, bench_batch, bench_tree), added to argparse parser `p`: the
+    run folder, the prompts (how many, which set, from which corpus), tokens per prompt, seed, device,
+    threads."""
+    p.add_argument("--out", default="out", help="folder written by train_tiny.py --out "
+                   "(default: %(default)s)")
+    p.add_argument("--data", default=None, help="corpus the prompts come from (default: the one the run was "
+                   "trained on, from OUT/run.json)")
+    p.add_argument("--n_prompts", type=ints(1, 10000), default=n_prompts,
+                   help="prompts (default: %(default)s)")
+    p.add_argument("--prompts", choices=PROMPT_SETS, default="held_out", help="held_out: the run's "
+                   "validation prompts; third_party: the opening tokens of numpy's Python files, text no "
+                   "built-in corpus contains (default: %(default)s)")
+    p.add_argument("--max_new_tokens", type=ints(2, MAX_COUNT), default=max_new_tokens,
+                   help="tokens generated per prompt, 2 at least: one token makes no draft/verify step "
+                   "(default: %(default)s)")
+    p.add_argument("--seed", type=ints(0, MAX_SEED), default=seed,
+                   help="picks the prompts and seeds the samplers (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--threads", type=threads, default=threads_default,
+                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s)")
 
 
 def machine(device):
@@ -93,10 +118,11 @@ def DraftForwardCounter(drafter):
 
 
 def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
-                 decoder=speculative_generate, ties=None, **kw):
+                 decoder=speculative_generate, ties=None, outputs=None, **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
-    speculative run's acceptance lengths (for τ by position, `tau_by_band`). `kw`: generate's sampling
+    speculative run's acceptance lengths (for τ by position, `tau_by_band`), `outputs`, a list, its tokens
+    (for their repetition, repetition.py). `kw`: generate's sampling
     arguments (temperature, top_k, top_p, stop_token_ids). temperature > 0: both sample (prompt i with seed i;
     the speculative side with `verifier`), and the outputs, samples, are not compared. `decoder`: the
     speculative decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size
@@ -115,6 +141,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
         emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
         if runs is not None:
             runs.append(stats.acceptance_lengths)
+        if outputs is not None:
+            outputs.append(out)
         difference = greedy_difference(target, p, ref, out) if temperature == 0 else None
         if difference is not None:
             if ties is None or not difference.is_tie:
@@ -197,6 +225,33 @@ def tau_by_band(runs, bands=BANDS):
             total[0] += tokens
             total[1] += steps
     return {band: (tokens / steps if steps else None) for band, (tokens, steps) in zip(bands, totals)}
+
+
+def tau_by_repetition(rows, parts=3):
+    """Split every greedy row by prompt terciles of repetition: the prompts sorted by the repetition of plain
+    greedy decoding's output on them (repetition.py; never by step, since long accepted steps hold more
+    repeats), then cut into `parts` groups, least repetitive first. Adds to each greedy row
+    `terciles`: [dict(repetition, tau, speedup)], where repetition is the plain outputs' mean share in the
+    group, tau counts the group's tokens (the prefill's excluded) over its steps, and speedup is the median
+    tok/s of the group's prompts over plain greedy's. Rows need `by_prompt` (run_benchmark)."""
+    plain = next((r for r in rows if r["name"] == "plain greedy"), None)
+    if plain is None:
+        return
+    n = len(plain["by_prompt"])
+    order = sorted(range(n), key=lambda i: plain["by_prompt"][i]["repetition"])
+    groups = [order[k * n // parts:(k + 1) * n // parts] for k in range(parts)]
+    for r in rows:
+        if r["temperature"] != 0:
+            continue
+        r["terciles"] = []
+        for g in groups:
+            mine, base = [r["by_prompt"][i] for i in g], [plain["by_prompt"][i] for i in g]
+            steps = sum(p["steps"] for p in mine)
+            r["terciles"].append(dict(
+                repetition=sum(p["repetition"] for p in base) / max(len(base), 1),
+                tau=(sum(p["tokens"] for p in mine) - len(mine)) / steps if steps else float("nan"),
+                speedup=(median([p["rate"] for p in mine]) / median([p["rate"] for p in base])
+                         if g else float("nan"))))
 
 
 def format_bands(taus):

@@ -16,6 +16,7 @@ None of it runs inside the timed sections, and none of it changes the run (tests
 
 import torch
 
+from ..repetition import repetition
 from ..sampling import inverse_cdf, probs_from_logits
 
 TOP_CANDIDATES = 4       # DFlash 2 candidates shown per slot
@@ -77,9 +78,11 @@ class TraceRecorder:
             ids |= set(s.get("target_tokens", []))
         texts = {str(i): self.tok.decode([i]) for i in sorted(ids)}
         temperature, top_k, top_p = self.sampling
+        lengths = [len(s["accepted_tokens"]) + (s["bonus"] is not None) for s in self.steps]
+        run = dict(tau=sum(lengths) / len(lengths) if lengths else 0.0, repetition=repetition(list(output)))
         return dict(settings=dict(settings or {}, temperature=temperature, top_k=top_k, top_p=top_p,
                                   verifier=self.verifier, drafter=self.drafter.kind),
-                    prompt=list(prompt_ids), output=list(output), steps=self.steps, tokens=texts)
+                    prompt=list(prompt_ids), output=list(output), steps=self.steps, tokens=texts, run=run)
 
 
 def replay(trace):

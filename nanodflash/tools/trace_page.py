@@ -168,8 +168,13 @@ def embedded_json(trace):
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def header(settings):
-    shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
+def header(trace):
+    """The settings, then the run's τ beside the repetition of the text it was measured on."""
+    shown = ", ".join(f"{k} {v}" for k, v in trace["settings"].items() if v is not None)
+    run = trace.get("run")
+    if run:
+        shown += (f". τ {run['tau']:.2f} on text {100 * run['repetition']:.0f}% repeated (tokens closing a "
+                  "4-gram seen before in it)")
     return html.escape(shown)
 
 
@@ -182,7 +187,7 @@ def viewer_html(trace, prefix="ndf-"):
     return (f"<style>{CSS}</style>\n"
             f'<div class="ndf" id="{p}root" tabindex="0">\n'
             f'<h2>nanodflash: a speculative run, step by step</h2>\n'
-            f'<div class="settings">{header(trace["settings"])}. Colours: <span class="tok prompt">prompt'
+            f'<div class="settings">{header(trace)}. Colours: <span class="tok prompt">prompt'
             '</span> <span class="tok draft">accepted draft</span> <span class="tok target">target token '
             '(prefill, bonus)</span> <span class="tok anchor">the newest token</span>, '
             '<span class="new">this step\'s tokens</span>; · is a space, ↵ a newline. Arrow keys step; a '
