@@ -169,13 +169,14 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
     context = [i % target.config.vocab_size for i in range(n)]
     batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
     batch.prefill()
-    lens, dlens = list(batch.cache.lengths), list(batch.context.cache.lengths)
+    batch.context.project_context()                    # the prompts' context, once: a step adds t positions
+    lens, mark = list(batch.cache.lengths), batch.context.mark()
     seconds = {}
     for t in [t for t in COST_TOKENS if t <= B]:
         block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
 
         def step():
-            batch.context.cache.lengths = list(dlens)
+            batch.context.rewind(mark)
             if t > 1:
                 batch.context.draft(batch.anchors(), t, [t] * rows, batch.choose)
             batch.cache.lengths = list(lens)

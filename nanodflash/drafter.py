@@ -262,6 +262,12 @@ class Drafter(DrafterInterface, nn.Module):
         choice, choose(logits) (a DFlash 1 slot does not see the others' drafts)."""
         return choose(logits)
 
+    def mark(self, cache):
+        return cache.length, list(cache.pending)
+
+    def rewind(self, cache, mark):
+        cache.length, cache.pending[:] = mark[0], mark[1]
+
     def new_rows(self, rows, max_len):
         """Many rows drafted in one pass (drafter_rows.py)."""
         return RaggedRows(self, rows, max_len)

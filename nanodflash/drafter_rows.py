@@ -45,6 +45,13 @@ class RaggedRows:
             self.pending.clear()
             self.extend(feats, None, [feats.size(1)] * feats.size(0))
 
+    def mark(self):
+        """The rows' lengths and queued positions, for `rewind` (timing a step again: batch.py)."""
+        return list(self.cache.lengths), list(self.pending)
+
+    def rewind(self, mark):
+        self.cache.lengths, self.pending = list(mark[0]), list(mark[1])
+
     def hidden(self, anchors, T, sizes):
         """The block pass for every row's block [anchor, MASK x (T-1)] at the row's own positions, row r
         seeing its own context and its first sizes[r] slots -> the draft slots' hidden states (R, T-1, D)."""

@@ -9,6 +9,7 @@ selector scores its candidates after each predecessor; an autoregressive chain d
     new_cache(max_len)                          its context for one sequence
     extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
     context_length(cache)                       the verified positions it holds
+    mark(cache), rewind(cache, mark)            forget what a step added (timing steps: step_costs.py)
     project_context(cache)                      do now what the next draft would do first (default: nothing)
     slot_logits(cache, anchor, n_draft)         the draft slots' logits (n, V), one pass
     draft(cache, anchor, n_draft, choose)       the path: (tokens (n,), q (n, V) or None), choose a DraftRule
@@ -38,6 +39,14 @@ class DrafterInterface:
 
     def project_context(self, cache):
         """Do the work the next draft would start with (a drafter that projects its context lazily)."""
+
+    def mark(self, cache):
+        """The state of the context, for `rewind` (timing a step again from the same context)."""
+        return cache.length
+
+    def rewind(self, cache, mark):
+        """Forget what the context gained since `mark` was taken."""
+        cache.length = mark
 
     def draft(self, cache, anchor, n_draft, choose):
         """n_draft drafts after `anchor` in one pass: choose(the slots' logits (n, V))."""
@@ -84,6 +93,12 @@ class TokenContext(DrafterInterface):
     def context_length(self, cache):
         return len(cache)
 
+    def mark(self, cache):
+        return len(cache)
+
+    def rewind(self, cache, mark):
+        del cache[mark:]
+
 
 class RowByRow:
     """The batched decoder's drafter context for any drafter: one batch-1 cache per row, drafted row by row,
@@ -102,6 +117,17 @@ class RowByRow:
         """Append row r's first counts[r] positions: feats (R, t, F), tokens (R, t)."""
         for r, (cache, n) in enumerate(zip(self.caches, counts)):
             self.drafter.extend(cache, feats[r:r + 1, :n], tokens[r:r + 1, :n])
+
+    def project_context(self):
+        for cache in self.caches:
+            self.drafter.project_context(cache)
+
+    def mark(self):
+        return [self.drafter.mark(c) for c in self.caches]
+
+    def rewind(self, marks):
+        for cache, mark in zip(self.caches, marks):
+            self.drafter.rewind(cache, mark)
 
     def draft(self, anchors, T, sizes, choose):
         """Row r's sizes[r] - 1 drafts after anchors[r] -> (drafts per row, q per row or None)."""

@@ -13,8 +13,9 @@ import types
 import pytest
 import torch
 
-from helpers import ROOT, tiny_target
+from helpers import MASK_ID, ROOT, tiny_target
 from nanodflash.batch import speculative_generate_batch
+from nanodflash.drafter import DrafterConfig
 from nanodflash.drafting import TokenContext
 from nanodflash.exercises.models import small_target
 from nanodflash.exercises.oracle import (
@@ -28,6 +29,7 @@ from nanodflash.exercises.oracle import (
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.sampling import draft_temperature
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.baselines import ARDrafter
 from nanodflash.tree import tree_speculative_generate
 
 
@@ -192,3 +194,18 @@ def test_the_kind_check_finds_a_kind_test(tmp_path):
     bad.write_text("def f(drafter):\n    if hasattr(drafter, 'candidate_selector'):\n        return 1\n"
                    "    return drafter.kind == 'dflash2'\n")
     assert len(kind_tests(bad)) == 2, "the AST check missed a hasattr or a .kind comparison"
+
+
+def test_a_drafter_batched_row_by_row_takes_auto_block_sizes_and_stays_exact():
+    # an autoregressive chain drafter batches row by row (drafting.RowByRow); "auto" times its batched
+    # steps, rewinding the rows' contexts between timed calls
+    target = tiny_target()
+    cfg = DrafterConfig.for_target(target.config, MASK_ID, n_layer=1, block_size=8, n_target_layers=2)
+    torch.manual_seed(3)
+    ar = ARDrafter(cfg, target).double().eval()
+    prompts = PROMPTS[:3]
+    outs, stats = speculative_generate_batch(target, ar, prompts, 24, block_size="auto")
+    assert outs == [generate(target, p, 24) for p in prompts], \
+        "batched auto with a row-by-row drafter changed a row's greedy output"
+    assert stats.block_sizes and all(1 <= b <= 8 for b in stats.block_sizes), \
+        f"auto's block sizes must lie in 1..8: {stats.block_sizes}"
