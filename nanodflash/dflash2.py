@@ -30,7 +30,8 @@ import torch
 import torch.nn as nn
 
 from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
-from .drafter import Drafter, DrafterConfig, DrafterLayer, block_labels, weighted_cross_entropy
+from .drafter import Drafter, DrafterConfig, DrafterLayer
+from .drafter_loss import block_labels, weighted_cross_entropy
 from .sampling import draft_temperature, inverse_cdf
 
 

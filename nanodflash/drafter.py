@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from .distill import mix_soft, slot_mean
+from .distill import mix_soft
+from .drafter_loss import block_labels, weighted_cross_entropy
 from .drafter_rows import RaggedRows
 from .drafting import DrafterInterface
 from .gpt import Block, KVCache
@@ -310,16 +310,3 @@ class Drafter(DrafterInterface, nn.Module):
         loss = mix_soft(ce, logits, soft, anchors, weights, soft_weight)
         return loss, dict(logits=logits, labels=labels, pred=logits.argmax(-1), loss=loss.detach())
 
-
-def block_labels(input_ids, anchors, block_size):
-    """x_{a+k} for every block slot k = 0..B-1: input_ids (N, S), anchors (N, K) -> (N, K, B)."""
-    label_pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, K, B)
-    return torch.gather(input_ids, 1, label_pos.flatten(1)).view_as(label_pos)
-
-
-def weighted_cross_entropy(logits, labels, weights, keep=None):
-    """sum_k w_k CE(logits_k, labels_k) / sum_k w_k over slots (..., B).
-
-    logits (..., B, C), labels (..., B), weights (B,); `keep` (bool, like labels) leaves slots out."""
-    ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
-    return slot_mean(ce, weights, keep)

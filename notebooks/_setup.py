@@ -147,7 +147,7 @@ def first_block(target, drafter, prompt):
     # the target's greedy next token, the anchor
     greedy = (0.0, None, None)                                          # (temperature, top_k, top_p)
     anchor = prefill(target, drafter, torch.tensor([prompt]), target.new_cache(1), cache, greedy, None)
-    hidden = drafter.slot_hidden(cache, anchor, B - 1)                  # (B-1, D): one pass, [anchor, MASK...]
+    hidden = drafter.slot_hidden(cache, anchor, B - 1)          # (B-1, D): one pass over [anchor, MASK...]
     slot_logits = target.lm_head(hidden)                                # (B-1, V)
     truth = torch.tensor(nanodflash.generate(target, prompt + [anchor], B - 1))   # what each slot should be
     return dict(prompt=prompt, anchor=anchor, cache=cache, hidden=hidden, logits=slot_logits, truth=truth)
