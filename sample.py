@@ -28,7 +28,8 @@ import torch
 import nanodflash
 from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.data import val_prompts
-from nanodflash.repetition import repetition
+from nanodflash.pipeline.summary import headline, recorded_headline
+from nanodflash.repetition import least_repetitive, repetition
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
@@ -44,6 +45,7 @@ from nanodflash.tree import tree_speculative_generate
 OUT = "out"              # folder written by `train_tiny.py --out`
 PROMPT = None            # text to continue; None = a prompt from the corpus' validation split, picked by SEED
 PROMPT_LEN = 24          # tokens of a validation prompt: with the new ones, within the target's window
+CANDIDATES = 8           # ... of this many, the one whose plain greedy continuation repeats least
 MAX_NEW_TOKENS = 100     # tokens to generate
 BLOCK_SIZE = None        # draft block B or "auto" (block_policy.py); None: drafter's B greedy, auto sampling
 TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
@@ -70,7 +72,9 @@ def parse_args(argv=None):
       "stops at their EOS tokens")
     a("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype with "
       "--hf (bfloat16 halves the memory of a real model) (default: %(default)s)")
-    a("--prompt", default=PROMPT, help="text to continue (default: a validation prompt chosen by --seed)")
+    a("--prompt", default=PROMPT, help=f"text to continue (default: of {CANDIDATES} validation prompts "
+      "chosen by --seed, the one whose plain greedy continuation repeats itself least, so the first screen "
+      "is not a loop; with --hf the first of them)")
     a("--data", default=None, help="corpus for the validation prompt (default: the one the run was trained "
       "on, from OUT/run.json; with --hf the built-in stdlib corpus)")
     a("--max_new_tokens", type=ints(1, MAX_COUNT), default=MAX_NEW_TOKENS, help="tokens to generate "
@@ -103,6 +107,21 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     check_device(p, args.device)
     return args
+
+
+def default_prompt(tok, target, max_new_tokens, seed, data, candidates=CANDIDATES):
+    """The prompt shown without --prompt: of `candidates` validation prompts picked by `seed`, the one whose
+    plain greedy continuation repeats least (repetition.least_repetitive). -> (its ids, a line saying how it
+    was chosen)"""
+    prompts = val_prompts(tok, candidates, PROMPT_LEN, seed, data)
+    if candidates == 1:
+        return prompts[0], f"prompt: a validation prompt chosen by --seed {seed}"
+    continuations = [generate(target, p, max_new_tokens) for p in prompts]
+    i, shares = least_repetitive(continuations), [repetition(c) for c in continuations]
+    others = shares[:i] + shares[i + 1:]
+    return prompts[i], (f"prompt: the least repetitive of {candidates} validation prompts (--seed {seed}): "
+                        f"its plain greedy continuation {100 * shares[i]:.0f}% repeated, the others' "
+                        f"{100 * min(others):.0f}-{100 * max(others):.0f}%")
 
 
 def origins(n_tokens, acceptance_lengths, accepted_drafts=None):
@@ -187,9 +206,10 @@ def main(argv=None):
             tok, target, drafter = nanodflash.load(args.out, args.device, sampling=args.temperature > 0)
         if args.prompt is None:                  # from the corpus the run was trained on, unless --data says
             data = args.data or (None if args.hf else run_corpus(args.out))
-            prompt_ids = val_prompts(tok, 1, PROMPT_LEN, args.seed, data)[0]
+            prompt_ids, chosen = default_prompt(tok, target, args.max_new_tokens, args.seed, data,
+                                                1 if args.hf else CANDIDATES)     # a real model: minutes each
         else:
-            text = normalize(tok, args.prompt)                     # NFC, where a tokenizer.json says so
+            chosen, text = None, normalize(tok, args.prompt)          # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set,
                                     disallowed_special=())
         rule = args.verifier if args.tree is None else "recursive rejection (a sampled tree)"
@@ -214,6 +234,8 @@ def main(argv=None):
     if not args.hf and args.temperature > 0 and source.endswith(DRAFTER):
         print(f"(no sampling drafter in {args.out}: `python train_tiny.py` without --no-sampling adds one, "
               "which accepts more sampled drafts; add the run's other flags if it was made with any)")
+    if chosen:
+        print(chosen)
     if style != "plain":
         legend = [("prompt", "prompt"), ("draft", "accepted drafts"),
                   ("target", "target tokens (prefill / bonus)")]
@@ -263,6 +285,9 @@ def main(argv=None):
         print(f"greedy self-check: DFlash output equals plain greedy decoding up to a float32 rounding tie, "
               f"at {(first or ties[0][1]).describe()} (docs/design.md §1.6, lossless in floating point): "
               "PASS")
+    rows = None if args.hf else recorded_headline(args.out)        # what one prompt cannot tell
+    if rows:
+        print("this run on held-out prompts, from train_tiny.py's summary:\n" + headline(rows))
 
 
 if __name__ == "__main__":

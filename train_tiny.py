@@ -30,7 +30,7 @@ from nanodflash.data import check_enough, corpus_record, load_corpus, split_trai
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
-from nanodflash.pipeline.summary import Summary
+from nanodflash.pipeline.summary import Summary, record_headline
 from nanodflash.resume import data_hash
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
@@ -209,13 +209,17 @@ def sampling_stage(args, path, target, drafter, split, corpus):
 
 
 def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist):
-    """5. The summary (nanodflash/pipeline/summary.py), decoding with DECODE_THREADS threads."""
+    """5. The summary (nanodflash/pipeline/summary.py), decoding with DECODE_THREADS threads; its headline
+    (greedy and sampled τ, repetition, speedup) goes into run.json, where sample.py reads it."""
     torch.set_num_threads(DECODE_THREADS)
     if ckpt.is_toy_run(args.out):
         print("\n" + ckpt.TOY_RUN)
-    Summary(target=target, drafter=drafter, data=data, prompts=prompts, new_tokens=args.eval_new_tokens,
-            long_tokens=args.eval_long_tokens, long_prompts=args.eval_long_prompts, target_hist=target_hist,
-            draft_hist=draft_hist, threads=DECODE_THREADS, sampler=sampler).print()
+    rows = Summary(target=target, drafter=drafter, data=data, prompts=prompts,
+                   new_tokens=args.eval_new_tokens, long_tokens=args.eval_long_tokens,
+                   long_prompts=args.eval_long_prompts,
+                   target_hist=target_hist, draft_hist=draft_hist, threads=DECODE_THREADS,
+                   sampler=sampler).print()
+    record_headline(args.out, rows)
 
 
 def parse_args(argv=None):

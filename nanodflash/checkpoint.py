@@ -2,7 +2,8 @@
 
 A run folder written by `train_tiny.py --out DIR` holds:
     run.json        {"corpus": {"data": its --data, "sha256"}, "made_by": the tokenizer's record,
-                    with "smoke"}
+                    with "smoke", "headline": the summary's greedy and sampled τ, repetition and
+                    speedup, with the hashes of the checkpoints it measured}
     tokenizer.bpe   the BPE ranks, tiktoken's rank-file format
     target.pt       {"config", "model", "tokenizer", "history", "made_by"}
     data.pt         target-generated sequences the drafter trains on, and "made_by"

@@ -45,3 +45,15 @@ def pooled_repetition(continuations, n=N):
     """
     tokens = sum(len(c) for c in continuations)
     return sum(sum(repeats(c, n)) for c in continuations) / tokens if tokens else 0.0
+
+
+def least_repetitive(continuations, n=N):
+    """The index of the continuation that repeats least (the first of equals): the rule that picks the example
+    prompts sample.py and the notebooks show, so that a first example is not a loop the drafter predicts
+    trivially.
+
+    >>> least_repetitive([[7] * 10, [1, 2, 3, 4, 1, 2, 3, 4, 5], [1, 2, 3]])
+    2
+    """
+    shares = [repetition(c, n) for c in continuations]
+    return shares.index(min(shares))

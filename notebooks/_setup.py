@@ -14,6 +14,9 @@ prompt here is code, either hand-written (`code_prompt`, which refuses prose) or
 validation split (`held_out_prompts`: the corpus prompts of the generated held-out sequences in data.pt).
 A run trained on another corpus (train_tiny.py --data, recorded in its run.json) gets prompts from that
 corpus: `code_prompt` then returns a validation prompt of it instead of the hand-written code.
+The example a notebook looks at closely (notebook 3's steps, notebook 6's block) is chosen by a rule, not
+by hand: `by_repetition` orders held-out prompts by how much their plain greedy continuation repeats itself
+(nanodflash/repetition.py), least first, so an example is not a loop the drafter predicts trivially.
 """
 
 import contextlib
@@ -29,6 +32,7 @@ import nanodflash
 from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
+from nanodflash.repetition import repetition
 from nanodflash.tools.cli import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
@@ -68,6 +72,18 @@ def held_out_prompts(data, n, start=0):
     sequences, which the drafter never trained on), from sequence `start` on."""
     val = data["val"][start: start + n]
     return [s[: data["prompt_len"]].tolist() for s in val]
+
+
+def by_repetition(target, data, n, new_tokens=96):
+    """The first n held-out prompts, ordered by the repetition of their plain greedy continuation of
+    new_tokens tokens, least first (ties keep their order, so the first is repetition.least_repetitive's
+    pick); prints each one's share."""
+    prompts = held_out_prompts(data, n)
+    shares = [repetition(nanodflash.generate(target, p, new_tokens)) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: shares[i])
+    print(f"the first {len(prompts)} held-out prompts, by the repetition of their plain greedy continuation "
+          f"({new_tokens} tokens), least first: " + " ".join(f"{100 * shares[i]:.0f}%" for i in order))
+    return [prompts[i] for i in order]
 
 
 def has_checkpoints(folder):

@@ -37,6 +37,23 @@ def test_sample_smoke_run_exits_0_and_its_greedy_self_check_passes(smoke_out):
         f"no side-by-side speed:\n{r.stdout}"
     assert "\033[" not in r.stdout, "ANSI colour codes were written to a pipe (not a terminal)"
     assert "legend: prompt  ⟦accepted drafts⟧  ⟨target tokens" in r.stdout, "the marker legend is missing"
+    assert re.search(r"prompt: the least repetitive of 8 validation prompts .* [0-9]+% repeated", r.stdout), \
+        f"the default prompt should say how the rule chose it:\n{r.stdout}"
+    for mode in ("greedy", "sampled"):            # the run's summary, greedy and sampled side by side
+        assert re.search(rf"\n  {mode} .* tau [0-9.]+ \| text +[0-9]+% repeated \| [0-9.]+x", r.stdout), \
+            f"the run's {mode} headline (tau with its repetition) is missing:\n{r.stdout}"
+
+
+def test_a_headline_is_shown_only_for_the_checkpoints_it_measured(smoke_out, tmp_path):
+    from nanodflash.pipeline.summary import recorded_headline
+    out = tmp_path / "run"
+    shutil.copytree(smoke_out, out)
+    rows = recorded_headline(out)
+    assert rows and set(rows) == {"greedy", "sampled"}, f"train_tiny.py recorded no full headline: {rows}"
+    assert all(0 <= r["repetition"] <= 1 and r["tau"] >= 1 for r in rows.values()), rows
+    with open(out / "drafter.pt", "ab") as f:           # a later run replaced the drafter, then stopped
+        f.write(b"changed")
+    assert recorded_headline(out) is None, "a headline of a replaced drafter is still shown"
 
 
 def test_tree_mode_shows_the_accepted_path_and_its_greedy_self_check_passes(smoke_out):

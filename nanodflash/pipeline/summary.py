@@ -8,12 +8,15 @@ Every speedup is measured side by side (plain and speculative decoding of the sa
 this process) and every greedy speculative output is checked against plain greedy decoding.
 """
 
+import os
 from dataclasses import dataclass, field
 
+from .. import checkpoint as ckpt
 from ..repetition import pooled_repetition
 from ..tools.bench_methods import SAMPLED
 from ..tools.measure import format_bands, side_by_side, tau_by_band
 from ..train_drafter import slot_accuracy
+from .record import file_hash
 
 SAMPLED_PROMPTS = 16    # prompts of the sampled line: a first look in seconds; the benchmark measures it
 
@@ -44,8 +47,8 @@ class Summary:
     sampler: object = None        # the sampling drafter (drafter_sampling.pt): adds the sampled line
 
     def print(self):
-        """Print the summary. τ at other block sizes is the benchmark's (`python -m nanodflash.tools.bench`):
-        each one re-decodes every prompt."""
+        """Print the summary and return its headline (`headline`'s rows). τ at other block sizes is the
+        benchmark's (`python -m nanodflash.tools.bench`): each one re-decodes every prompt."""
         target, drafter, data, prompts = self.target, self.drafter, self.data, self.prompts
         print(f"\n=== summary (decoding with {self.threads} thread) ===")
         if self.target_hist.get("val_loss"):
@@ -67,6 +70,9 @@ class Summary:
         print(f"greedy speculative == plain greedy on {identical(len(prompts), ties)}")
         print(f"speedup (block_size={B}, {self.new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
               f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+        rows = {"greedy": dict(decoding=f"block_size={B}", prompts=len(prompts), tau=round(tau, 2),
+                               repetition=round(pooled_repetition(outs), 2),
+                               speedup=round(t_plain / t_spec, 2))}
         T, top_p = SAMPLED                                                              # as people sample
         if self.sampler is not None:                                   # sample.py's default: block_size auto
             few, outs = prompts[:SAMPLED_PROMPTS], []
@@ -78,6 +84,9 @@ class Summary:
                   f"{100 * pooled_repetition(outs):.0f}% repeated | plain {t_plain:.2f}s vs "
                   f"dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x (python -m nanodflash.tools.bench "
                   "--sampled_only: every sampled row)")
+            rows["sampled"] = dict(decoding=f"T={T} top-p {top_p}, block_size=auto", prompts=len(few),
+                                   tau=round(tau, 2), repetition=round(pooled_repetition(outs), 2),
+                                   speedup=round(t_plain / t_spec, 2))
         if self.long_tokens:                                                        # does the speed hold?
             runs, ties = [], []
             t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:self.long_prompts], self.long_tokens,
@@ -86,3 +95,48 @@ class Summary:
                   f"tokens; identical to plain greedy on {identical(len(runs), ties)})")
             print(f"speedup (block_size={B}, {self.long_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
                   f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+        print(headline(rows))
+        return rows
+
+
+def headline(rows):
+    """Greedy and sampled side by side, each τ with the repetition of its text, and which to trust for what.
+    rows: {"greedy": {decoding, prompts, tau, repetition, speedup}, "sampled": the same, when measured}.
+
+    >>> print(headline({"greedy": dict(decoding="block_size=16", prompts=64, tau=5.06, repetition=0.66,
+    ...                                speedup=2.62)}))     # doctest: +NORMALIZE_WHITESPACE
+    headline (held-out prompts; speedup over plain decoding of the same prompts):
+      greedy  block_size=16                 tau 5.06 | text 66% repeated | 2.62x | 64 prompts
+      sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes one)
+    greedy is what the exactness tests decode, and its loops lift tau; sampled is what users decode
+    """
+    lines = ["headline (held-out prompts; speedup over plain decoding of the same prompts):"]
+    for name, r in rows.items():
+        share = f"{100 * r['repetition']:2.0f}%"
+        lines.append(f"  {name:7} {r['decoding']:29} tau {r['tau']:4.2f} | text {share} repeated | "
+                     f"{r['speedup']:.2f}x | {r['prompts']} prompts")
+    if "sampled" not in rows:
+        lines.append("  sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes "
+                     "one)")
+    lines.append("greedy is what the exactness tests decode, and its loops lift tau; sampled is what users "
+                 "decode" + (": its speedup is the one to expect" if "sampled" in rows else ""))
+    return "\n".join(lines)
+
+
+def model_files(out_dir):
+    """{checkpoint file: its hash} of the models a headline measured (those in out_dir)."""
+    names = (ckpt.TARGET, ckpt.DRAFTER, ckpt.SAMPLING_DRAFTER)
+    return {n: file_hash(os.path.join(out_dir, n)) for n in names if os.path.exists(os.path.join(out_dir, n))}
+
+
+def record_headline(out_dir, rows):
+    """Keep the headline in out_dir's run.json, with the hashes of the checkpoints it measured."""
+    saved = dict(rows=rows, files=model_files(out_dir))
+    ckpt.write_run(out_dir, dict(ckpt.read_run(out_dir), headline=saved))
+
+
+def recorded_headline(out_dir):
+    """The headline train_tiny.py recorded for out_dir, or None where it has none or a checkpoint it measured
+    has changed since (a later run stopped before its summary)."""
+    saved = (ckpt.read_run(out_dir) or {}).get("headline")
+    return saved["rows"] if saved and saved["files"] == model_files(out_dir) else None
