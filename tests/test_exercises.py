@@ -194,7 +194,8 @@ def write(tmp_path, source):
 def test_a_realistic_wrong_answer_fails_with_a_message_that_names_its_symptom(tmp_path, mistake):
     name, source, symptom = WRONG[mistake]
     path = write(tmp_path, source)
-    results = run_checks(BY_NAME[name], load_function(path, name, BY_NAME[name].original()), path)
+    results = run_checks(BY_NAME[name], load_function(path, name, BY_NAME[name].original()), path,
+                         until=lambda message: symptom in message)            # the claims after it: unneeded
     messages = [m for _, m in results if m is not None]
     assert messages, f"{mistake}: the wrong answer passes every claim of {name}"
     assert any(symptom in m for m in messages), \
@@ -217,6 +218,12 @@ def test_list_start_and_check_work_from_any_folder(tmp_path):
                                  cwd=tmp_path)
     assert skeleton_check.returncode == 1 and "FAIL" in skeleton_check.stdout \
         and "NotImplementedError" in skeleton_check.stdout, skeleton_check.stdout
+    first = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "tree_mask.py", "--first",
+                        cwd=tmp_path)
+    n_claims = len(BY_NAME["tree_mask"].claims)
+    assert first.returncode == 1 and first.stdout.count("FAIL  ") == 1 and "PASS" not in first.stdout \
+        and f"({n_claims - 1} not run)" in first.stdout, \
+        f"--first should stop at the first failure:\n{first.stdout}"
     (tmp_path / "right.py").write_text("from nanodflash.tree import tree_mask\n")
     right = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "right.py", cwd=tmp_path)
     assert right.returncode == 0 and "FAIL" not in right.stdout, right.stdout

@@ -29,14 +29,14 @@ def start(name, path):
           f"    python -m nanodflash.exercises check {name} {path}")
 
 
-def check(name, path):
+def check(name, path, first=False):
     exercise = BY_NAME[name]
     try:
         fn = load_function(path, name, exercise.original())
     except StudentFileError as e:
         sys.exit(f"cannot check {name}: {e}")
     print(f"checking {name} from {path}: {len(exercise.claims)} claims\n")
-    results = run_checks(exercise, fn, path, out=sys.stdout)
+    results = run_checks(exercise, fn, path, out=sys.stdout, until=(lambda message: True) if first else None)
     return 0 if all(m is None for _, m in results) else 1
 
 
@@ -50,6 +50,8 @@ def main(argv=None):
     c = sub.add_parser("check", help="check your NAME in FILE against the library's claims")
     c.add_argument("name", choices=list(BY_NAME), metavar="NAME")
     c.add_argument("file")
+    c.add_argument("--first", action="store_true", help="stop at the first claim that fails (quicker "
+                   "feedback while you work; without it every claim runs)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)                       # tiny models: threads only add overhead
     if args.command is None:
@@ -58,7 +60,7 @@ def main(argv=None):
     if args.command == "start":
         start(args.name, args.file or f"{args.name}.py")
         return 0
-    return check(args.name, args.file)
+    return check(args.name, args.file, args.first)
 
 
 if __name__ == "__main__":

@@ -84,9 +84,10 @@ def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
         return f"your {student.name} raised {type(e).__name__}: {e}{where_it_broke(e, path)}"
 
 
-def run_checks(exercise, fn, path=None, out=None):
+def run_checks(exercise, fn, path=None, out=None, until=None):
     """Every claim of `exercise` against `fn`; prints one line per claim to `out` (a file, or None for
-    silence) -> [(claim text, None or the failure message)]."""
+    silence) -> [(claim text, None or the failure message)]. until(message): stop after the first failed
+    claim whose message it accepts (`check --first`: any failure), skipping the claims after it."""
     student = Student(exercise.name, fn, exercise.original())
     results = []
     for claim in exercise.claims:
@@ -98,10 +99,14 @@ def run_checks(exercise, fn, path=None, out=None):
             print(f"{verdict}  {claim.__doc__}  ({time.perf_counter() - t0:.1f} s)", file=out)
             if message is not None:
                 print("      " + message.replace("\n", "\n      "), file=out)
+        if message is not None and until is not None and until(message):
+            break
     if out is not None:
         failed = sum(m is not None for _, m in results)
         if failed:
-            print(f"\n{failed} of {len(results)} claims failed. Reread: {exercise.notebook}.", file=out)
+            skipped = len(exercise.claims) - len(results)
+            print(f"\n{failed} of {len(results)} claims failed" + (f" ({skipped} not run)" if skipped else "")
+                  + f". Reread: {exercise.notebook}.", file=out)
         else:
             print(f"\nAll {len(results)} claims hold: {exercise.name} is right.", file=out)
     return results

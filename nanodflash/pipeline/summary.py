@@ -70,7 +70,7 @@ class Summary:
         print(f"greedy speculative == plain greedy on {identical(len(prompts), ties)}")
         print(f"speedup (block_size={B}, {self.new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
               f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
-        rows = {"greedy": dict(decoding=f"block_size={B}", prompts=len(prompts), tau=round(tau, 2),
+        rows = {"greedy": dict(decoding=f"B={B}", prompts=len(prompts), tau=round(tau, 2),
                                repetition=round(pooled_repetition(outs), 2),
                                speedup=round(t_plain / t_spec, 2))}
         T, top_p = SAMPLED                                                              # as people sample
@@ -84,7 +84,7 @@ class Summary:
                   f"{100 * pooled_repetition(outs):.0f}% repeated | plain {t_plain:.2f}s vs "
                   f"dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x (python -m nanodflash.tools.bench "
                   "--sampled_only: every sampled row)")
-            rows["sampled"] = dict(decoding=f"T={T} top-p {top_p}, block_size=auto", prompts=len(few),
+            rows["sampled"] = dict(decoding=f"T={T} top-p {top_p}, B=auto", prompts=len(few),
                                    tau=round(tau, 2), repetition=round(pooled_repetition(outs), 2),
                                    speedup=round(t_plain / t_spec, 2))
         if self.long_tokens:                                                        # does the speed hold?
@@ -103,17 +103,17 @@ def headline(rows):
     """Greedy and sampled side by side, each τ with the repetition of its text, and which to trust for what.
     rows: {"greedy": {decoding, prompts, tau, repetition, speedup}, "sampled": the same, when measured}.
 
-    >>> print(headline({"greedy": dict(decoding="block_size=16", prompts=64, tau=5.06, repetition=0.66,
+    >>> print(headline({"greedy": dict(decoding="B=16", prompts=64, tau=5.06, repetition=0.66,
     ...                                speedup=2.62)}))     # doctest: +NORMALIZE_WHITESPACE
     headline (held-out prompts; speedup over plain decoding of the same prompts):
-      greedy  block_size=16                 tau 5.06 | text 66% repeated | 2.62x | 64 prompts
+      greedy  B=16                     tau 5.06 | text 66% repeated | 2.62x | 64 prompts
       sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes one)
     greedy is what the exactness tests decode, and its loops lift tau; sampled is what users decode
     """
     lines = ["headline (held-out prompts; speedup over plain decoding of the same prompts):"]
     for name, r in rows.items():
         share = f"{100 * r['repetition']:2.0f}%"
-        lines.append(f"  {name:7} {r['decoding']:29} tau {r['tau']:4.2f} | text {share} repeated | "
+        lines.append(f"  {name:7} {r['decoding']:24} tau {r['tau']:4.2f} | text {share} repeated | "
                      f"{r['speedup']:.2f}x | {r['prompts']} prompts")
     if "sampled" not in rows:
         lines.append("  sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes "
