@@ -32,7 +32,7 @@ import nanodflash
 from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
-from nanodflash.repetition import repetition
+from nanodflash.repetition import pooled_repetition, repetition
 from nanodflash.tools.cli import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
@@ -72,6 +72,12 @@ def held_out_prompts(data, n, start=0):
     sequences, which the drafter never trained on), from sequence `start` on."""
     val = data["val"][start: start + n]
     return [s[: data["prompt_len"]].tolist() for s in val]
+
+
+def repeated(outputs):
+    """'on text 66% repeated': the repetition (nanodflash/repetition.py) of the outputs (token id lists) a τ
+    was measured on, to print beside that τ: a τ on looping text says little about text that does not loop."""
+    return f"on text {100 * pooled_repetition(outputs):.0f}% repeated"
 
 
 def by_repetition(target, data, n, new_tokens=96):
