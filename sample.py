@@ -31,10 +31,10 @@ from nanodflash.data import val_prompts
 from nanodflash.pipeline.summary import headline, recorded_headline
 from nanodflash.repetition import least_repetitive, repetition
 from nanodflash.sampled_tree import SampledDraws
-from nanodflash.speculative import VERIFIERS, generate, speculative_generate
+from nanodflash.speculative import DECODE_THREADS, VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 from nanodflash.tools import hf
-from nanodflash.tools.cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
+from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.measure import greedy_difference, side_by_side
 from nanodflash.tools.trace import TraceRecorder

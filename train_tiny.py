@@ -32,9 +32,9 @@ from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
 from nanodflash.pipeline.summary import Summary, record_headline
 from nanodflash.resume import data_hash
+from nanodflash.speculative import DECODE_THREADS
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
-from nanodflash.tools.cli import DECODE_THREADS
 from nanodflash.train import train_target
 from nanodflash.train_drafter import DraftTraining, generate_mix, measure_tau, slot_accuracy, train_drafter
 

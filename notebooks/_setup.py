@@ -33,7 +33,7 @@ from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
 from nanodflash.repetition import pooled_repetition, repetition
-from nanodflash.tools.cli import DECODE_THREADS
+from nanodflash.speculative import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
 

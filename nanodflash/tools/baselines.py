@@ -54,8 +54,9 @@ from .. import checkpoint as ckpt
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..drafting import RowByRow
+from ..speculative import DECODE_THREADS
 from ..train_drafter import DraftTraining, measure_tau, slot_accuracy, train_drafter
-from .cli import DECODE_THREADS, MAX_COUNT, check_device, ints
+from .cli import MAX_COUNT, check_device, ints
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)

@@ -49,6 +49,7 @@ import torch
 
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
 from ..repetition import pooled_repetition, repetition
+from ..speculative import DECODE_THREADS
 from ..step_costs import measured_costs, sync
 from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
@@ -63,7 +64,7 @@ from .bench_methods import (
     prompt_lookup_method,
     sampling_drafters,
 )
-from .cli import DECODE_THREADS, check_device
+from .cli import check_device
 from .measure import (
     ForwardCounter,
     bench_flags,

@@ -20,7 +20,6 @@ import torch
 
 MAX_COUNT = 10**6       # bound on steps, sequences, prompts, tokens: a typo must not start a run of days
 MAX_SEED = 2**32 - 1    # seeds are 32-bit unsigned integers
-DECODE_THREADS = 1      # CPU threads for decoding: tiny batch-1 models are overhead-bound; more add sync cost
 
 
 def _range(low, high, low_open=False):
