@@ -28,6 +28,9 @@ from nanodflash.tools import hf
 from nanodflash.tools.baselines import ARDrafter
 from nanodflash.train_drafter import DraftTraining, train_drafter
 
+# one worker runs this file, so its module fixtures are built once, not once per xdist worker
+pytestmark = pytest.mark.xdist_group("hf")
+
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
     pytest.skip("transformers and dflash are test dependencies: run the README's test command",
                 allow_module_level=True)

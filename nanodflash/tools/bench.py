@@ -50,7 +50,7 @@ import torch
 from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
 from ..repetition import pooled_repetition, repetition
 from ..speculative import DECODE_THREADS
-from ..step_costs import measured_costs, sync
+from ..step_costs import measured_costs
 from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
 from .bench_methods import (
@@ -70,6 +70,7 @@ from .measure import (
     bench_flags,
     bench_prompts,
     format_bands,
+    interleaved,
     machine,
     tau_by_band,
     tau_by_repetition,
@@ -110,43 +111,39 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
                         bounds=[], runs=[], outs=[], by_prompt=[],
                         matches_plain=True if m.temperature == 0 else None)
            for m in methods}
-    counter = ForwardCounter(target)
+    counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
+
+    def run(m, prompt, i):
+        counter.n = 0
+        return m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed + i))
+
     try:
-        for i, prompt in enumerate(prompts):
-            outputs = {}
-            rotated = methods[i % len(methods):] + methods[: i % len(methods)]   # no method always first
-            for m in rotated:
-                a, gen = acc[m.name], torch.Generator().manual_seed(seed + i)
-                counter.n = 0
-                sync(device)
-                t0 = time.perf_counter()
-                tokens, stats = m.run(target, drafter, prompt, max_new_tokens, gen)
-                sync(device)
-                dt = time.perf_counter() - t0
-                outputs[m.name] = tokens
-                a["outs"].append(tokens)
-                a["tokens"] += len(tokens)
-                a["steps"] += len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
-                a["forwards"] += counter.n
-                a["seconds"] += dt
-                a["rates"].append(len(tokens) / dt)
-                steps = len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
-                a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
-                                           repetition=repetition(tokens)))
-                if stats is not None:
-                    a["runs"].append(stats.acceptance_lengths)                     # for τ by position band
-                    a["draft_s"] += stats.draft_time
-                    a["verify_s"] += stats.verify_time
-                    loop, steps = stats.draft_time + stats.verify_time, len(stats.acceptance_lengths)
-                    a["bounds"].append(dict(                               # loop <= dt (see above)
-                        tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
-                        tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
-                        verify_s=stats.verify_time / max(steps, 1)))
-            greedy = [m.name for m in methods if m.temperature == 0]
-            for name in greedy:                             # lossless: every greedy output == the first one's
-                acc[name]["matches_plain"] &= outputs[name] == outputs[greedy[0]]
+        for i, m, (tokens, stats), dt in interleaved(methods, prompts, run, device):
+            a, steps = acc[m.name], len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
+            outputs[i][m.name] = tokens
+            a["outs"].append(tokens)
+            a["tokens"] += len(tokens)
+            a["steps"] += steps
+            a["forwards"] += counter.n
+            a["seconds"] += dt
+            a["rates"].append(len(tokens) / dt)
+            a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
+                                       repetition=repetition(tokens)))
+            if stats is not None:
+                a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
+                a["draft_s"] += stats.draft_time
+                a["verify_s"] += stats.verify_time
+                loop = stats.draft_time + stats.verify_time
+                a["bounds"].append(dict(                                   # loop <= dt (see above)
+                    tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
+                    tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
+                    verify_s=stats.verify_time / max(steps, 1)))
     finally:
         counter.remove()
+    greedy = [m.name for m in methods if m.temperature == 0]
+    for out in outputs:                                     # lossless: every greedy output == the first one's
+        for name in greedy:
+            acc[name]["matches_plain"] &= out[name] == out[greedy[0]]
     rows, n = [], len(prompts)
     for m in methods:
         a = acc[m.name]

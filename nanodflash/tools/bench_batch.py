@@ -25,8 +25,7 @@ from ..batch_policy import COST_ROWS
 from ..checkpoint import load, run_corpus
 from ..repetition import pooled_repetition
 from ..speculative import speculative_generate
-from ..step_costs import sync
-from .measure import bench_flags, bench_prompts, machine
+from .measure import bench_flags, bench_prompts, interleaved, machine
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 
@@ -55,21 +54,21 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
         fn(target, drafter, chunks[0], 8)
     acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True)
            for name, _ in ms}
-    for j, chunk in enumerate(chunks):
-        outs = {}
-        for name, fn in ms[j % len(ms):] + ms[: j % len(ms)]:
-            sync(device)
-            t0 = time.perf_counter()
-            out, stats = fn(target, drafter, chunk, max_new_tokens)
-            sync(device)
-            a = acc[name]
-            a["seconds"] += time.perf_counter() - t0
-            a["tokens"] += sum(map(len, out))
-            if stats is not None:
-                a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
-                a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
-            outs[name] = out
-            a["outs"] += out
+    outputs = [{} for _ in chunks]                                 # per chunk: method name -> rows' tokens
+
+    def run(method, chunk, j):
+        return method[1](target, drafter, chunk, max_new_tokens)
+
+    for j, (name, _), (out, stats), dt in interleaved(ms, chunks, run, device):
+        a = acc[name]
+        a["seconds"] += dt
+        a["tokens"] += sum(map(len, out))
+        if stats is not None:
+            a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
+            a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
+        outputs[j][name] = out
+        a["outs"] += out
+    for outs in outputs:
         for name in outs:
             acc[name]["matches_plain"] &= outs[name] == outs["plain"]
     for a in acc.values():

@@ -3,6 +3,7 @@ equality checks that tell a float32 rounding tie from a broken decoder, and τ b
 
     ForwardCounter(module)       counts module's forward calls with a hook (a context manager)
     DraftForwardCounter(d)       counts drafter forward passes (ARDrafter: k per k drafted tokens; DFlash: 1)
+    interleaved(methods, items, run, device)   every method on every item, timed, the order rotated
     side_by_side(target, drafter, prompts, n, block_size)   plain vs speculative wall-clock, interleaved
     machine(device)              the machine a benchmark ran on, for its header line
     bench_prompts(which, ...)    the prompt set of a benchmark (--prompts): held-out, or third-party text
@@ -39,6 +40,7 @@ import torch
 
 from ..data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from ..speculative import generate, speculative_generate
+from ..step_costs import sync
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 
 PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
@@ -117,6 +119,24 @@ def DraftForwardCounter(drafter):
     return ForwardCounter(drafter.norm)
 
 
+def interleaved(methods, items, run, device="cpu"):
+    """The one timing loop of the benchmarks: for item i, every method once, the order rotated by i so that no
+    method always runs first (and none always pays for, or profits from, what another left in the caches).
+    run(method, item, i) -> result; yields (i, method, result, seconds), the device synchronised around each
+    timed call. Every measured speedup in the project comes out of this loop.
+
+    >>> [(i, m) for i, m, _, _ in interleaved(["a", "b"], ["x", "y"], lambda m, item, i: None)]
+    [(0, 'a'), (0, 'b'), (1, 'b'), (1, 'a')]
+    """
+    for i, item in enumerate(items):
+        for m in methods[i % len(methods):] + methods[: i % len(methods)]:
+            sync(device)
+            t0 = time.perf_counter()
+            result = run(m, item, i)
+            sync(device)
+            yield i, m, result, time.perf_counter() - t0
+
+
 def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
                  decoder=speculative_generate, ties=None, outputs=None, **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
@@ -128,29 +148,35 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
     speculative decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size
     bound). A greedy output that differs raises AssertionError, unless it first differs at a float32 rounding
     tie (`greedy_difference`) and `ties`, a list, is given: it then receives (prompt index, Difference)."""
-    t_plain = t_spec = 0.0
-    emitted = steps = 0
-    temperature = kw.get("temperature", 0.0)
-    for i, p in enumerate(prompts):
-        t0 = time.perf_counter()
-        ref = generate(target, p, new_tokens, generator=torch.Generator().manual_seed(i), **kw)
-        t1 = time.perf_counter()
-        out, stats = decoder(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier,
-                             generator=torch.Generator().manual_seed(i), **kw)
-        t2 = time.perf_counter()
-        emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
-        if runs is not None:
-            runs.append(stats.acceptance_lengths)
-        if outputs is not None:
-            outputs.append(out)
-        difference = greedy_difference(target, p, ref, out) if temperature == 0 else None
+    def run(method, p, i):
+        g = torch.Generator().manual_seed(i)
+        if method == "plain":
+            return generate(target, p, new_tokens, generator=g, **kw), None
+        return decoder(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier, generator=g,
+                       **kw)
+
+    seconds, emitted, steps, pair = {"plain": 0.0, "speculative": 0.0}, 0, 0, {}
+    device = next(target.parameters()).device
+    for i, method, (out, stats), dt in interleaved(["plain", "speculative"], prompts, run, device):
+        seconds[method] += dt
+        pair[method] = out
+        if stats is not None:
+            emitted, steps = emitted + sum(stats.acceptance_lengths), steps + len(stats.acceptance_lengths)
+            if runs is not None:
+                runs.append(stats.acceptance_lengths)
+            if outputs is not None:
+                outputs.append(out)
+        if len(pair) < 2:
+            continue
+        ref, out = pair.pop("plain"), pair.pop("speculative")
+        greedy = kw.get("temperature", 0) == 0                            # samples are not compared
+        difference = greedy_difference(target, prompts[i], ref, out) if greedy else None
         if difference is not None:
             if ties is None or not difference.is_tie:
                 raise AssertionError(f"speculative greedy output differs from plain greedy decoding on "
                                      f"prompt {i}, {difference.describe()}")
             ties.append((i, difference))
-        t_plain, t_spec = t_plain + t1 - t0, t_spec + t2 - t1
-    return t_plain, t_spec, emitted / max(steps, 1)
+    return seconds["plain"], seconds["speculative"], emitted / max(steps, 1)
 
 
 # ----------------------------------------------------------------------------- greedy equality and ties
