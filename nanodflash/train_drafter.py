@@ -20,8 +20,8 @@ import torch
 
 from .distill import soft_targets
 from .drafter import loss_decay_weights
+from .plain_batch import generate_batch
 from .resume import Resume, data_hash
-from .sampling import next_token
 from .speculative import speculative_generate
 from .train import Progress, lr_at, make_optimizer
 
@@ -31,22 +31,16 @@ PARTS = ("dflash_loss", "selector_loss", "recall")    # extra numbers a drafter'
 @torch.no_grad()
 def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0, top_k=None,
                        batch_size=64, seed=0, log=print):
-    """(n_seqs, prompt_len + gen_len) LongTensor: random prompts from `ids`, continued by the target."""
+    """(n_seqs, prompt_len + gen_len) LongTensor: random prompts from `ids`, continued by the target,
+    batch_size rows at a time (plain batched decoding, plain_batch.generate_batch)."""
     g = torch.Generator().manual_seed(seed)
-    device = next(target.parameters()).device
     out, t0 = [], time.perf_counter()
     for b0 in range(0, n_seqs, batch_size):
         n = min(batch_size, n_seqs - b0)
         starts = torch.randint(0, ids.numel() - prompt_len, (n,), generator=g)
-        seq = torch.stack([ids[s: s + prompt_len] for s in starts]).to(device)     # (n, prompt_len)
-        cache = target.new_cache(n, prompt_len + gen_len)
-        logits, _ = target(seq, cache)
-        for _ in range(gen_len):
-            nxt = next_token(logits[:, -1].cpu(), temperature, top_k, generator=g)  # (n,)
-            seq = torch.cat([seq, nxt[:, None].to(device)], dim=1)
-            if seq.size(1) < prompt_len + gen_len:
-                logits, _ = target(nxt[:, None].to(device), cache)
-        out.append(seq.cpu())
+        prompts = [ids[s: s + prompt_len].tolist() for s in starts]
+        continued = generate_batch(target, prompts, gen_len, temperature, top_k, generator=g)
+        out.append(torch.tensor([p + c for p, c in zip(prompts, continued)]))          # (n, prompt + gen)
         done = b0 + n
         log(f"[data] {done}/{n_seqs} sequences | "
             f"{done * gen_len / (time.perf_counter() - t0):.0f} generated tok/s")
@@ -233,11 +227,15 @@ def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=
             "expected_tau": 1 + prefix / blocks}
 
 
-def measure_tau(drafter, prompts, max_new_tokens, block_size=None, **kw):
-    """τ of real greedy speculative decoding over `prompts`: total emitted tokens / total steps."""
+def measure_tau(drafter, prompts, max_new_tokens, block_size=None, outputs=None, **kw):
+    """τ of real speculative decoding (greedy unless kw says otherwise) over `prompts`: total emitted tokens /
+    total steps. `outputs`, a list, receives each prompt's tokens (the text τ was measured on)."""
     emitted, steps = 0, 0
     for p in prompts:
-        _, st = speculative_generate(drafter.target, drafter, p, max_new_tokens, block_size=block_size, **kw)
+        out, st = speculative_generate(drafter.target, drafter, p, max_new_tokens, block_size=block_size,
+                                       **kw)
+        if outputs is not None:
+            outputs.append(out)
         emitted += sum(st.acceptance_lengths)
         steps += len(st.acceptance_lengths)
     return emitted / max(steps, 1)
