@@ -54,17 +54,6 @@ def default_target_layer_ids(n_target_layers, n_features):
     return [int(round(i * (L - 1) / (n - 1))) for i in range(n)]
 
 
-def loss_decay_weights(block_size, gamma=None):
-    """w_k = exp(-(k-1)/gamma) for slots k = 1..B-1, and 0 for slot 0 (the anchor). Shape (B,).
-
-    gamma defaults to the paper's choice: 7 for B=16, 5 for B=10, 4 for B=8 (else B/2, at least 1).
-    """
-    if gamma is None:
-        gamma = {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
-    k = torch.arange(block_size, dtype=torch.float32)
-    return torch.where(k >= 1, torch.exp(-(k - 1) / gamma), torch.zeros(()))
-
-
 def training_mask(anchors, seq_len, block_size):
     """Bool mask (N, K*B, S + K*B): may the query (block b, slot i) see key j?
 

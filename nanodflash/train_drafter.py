@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .distill import soft_targets
-from .drafter import loss_decay_weights
+from .drafter_loss import loss_decay_weights
 from .plain_batch import generate_batch
 from .resume import Resume, data_hash
 from .speculative import speculative_generate

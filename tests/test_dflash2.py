@@ -7,7 +7,7 @@ import torch
 
 from helpers import tiny_drafter, tiny_target
 from nanodflash.dflash2 import CandidateSelector, DFlash2Drafter, GroupedDynamicCausalConv
-from nanodflash.drafter import loss_decay_weights
+from nanodflash.drafter_loss import loss_decay_weights
 from nanodflash.exercises.models import tiny_dflash2
 from nanodflash.exercises.oracle import reference_walk
 from nanodflash.sampling import DraftRule, draft_temperature

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers import tiny_drafter
-from nanodflash.drafter import default_target_layer_ids, loss_decay_weights, training_mask
+from nanodflash.drafter import default_target_layer_ids, training_mask
+from nanodflash.drafter_loss import loss_decay_weights
 from nanodflash.exercises.oracle import reference_mask
 
 

@@ -7,7 +7,7 @@ import torch
 
 from helpers import tiny_drafter, tiny_target
 from nanodflash.distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_targets
-from nanodflash.drafter import loss_decay_weights
+from nanodflash.drafter_loss import loss_decay_weights
 from nanodflash.speculative import generate
 from nanodflash.train_drafter import (
     DraftTraining,

@@ -71,7 +71,8 @@ EXERCISES = [
              "build (N, K*B, S) 'context position j < the block's anchor' and (K*B, K*B) 'same block', "
              "broadcast, and concatenate along the last dimension.",
              (ct.claim_training_mask_equals_the_plain_loop_reference,)),
-    Exercise("loss_decay_weights", "nanodflash.drafter", "training what matters: '1. Loss-decay weights'", 10,
+    Exercise("loss_decay_weights", "nanodflash.drafter_loss",
+             "training what matters: '1. Loss-decay weights'", 10,
              "the paper's loss weight per slot: early slots matter most",
              "w_k = exp(-(k-1)/gamma) for k = 1..B-1 and 0 for slot 0; gamma None: 7 for B=16, 5 for 10, 4 "
              "for 8, else max(1, B/2).",
