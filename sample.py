@@ -26,10 +26,10 @@ from collections import Counter
 import torch
 
 import nanodflash
-from nanodflash.checkpoint import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.data import val_prompts
 from nanodflash.pipeline.summary import headline, recorded_headline
 from nanodflash.repetition import least_repetitive, repetition
+from nanodflash.run_folder import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import DECODE_THREADS, VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 
 from nanodflash import checkpoint as ckpt
+from nanodflash import run_folder
 from nanodflash.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
@@ -57,15 +58,16 @@ class Generation(NamedTuple):
     temperature: float        # temperature of the others
 
 
-def run_folder(args):
+def run_paths(args):
     """The paths of the run folder's files, by stage (the folder made if need be). --fresh first removes
     them, their resume files, and the baselines trained on the old target (nanodflash.tools.baselines)."""
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise FileNotFoundError(f"--out {args.out} is a file, not a run folder")
     os.makedirs(args.out, exist_ok=True)
     path = {k: os.path.join(args.out, f) for k, f in
-            dict(run=ckpt.RUN, tok=ckpt.TOKENIZER, target=ckpt.TARGET, data=ckpt.DATA, drafter=ckpt.DRAFTER,
-                 sampled=ckpt.SAMPLED_DATA, sampling=ckpt.SAMPLING_DRAFTER).items()}
+            dict(run=run_folder.RUN, tok=run_folder.TOKENIZER, target=run_folder.TARGET, data=run_folder.DATA,
+                 drafter=run_folder.DRAFTER, sampled=run_folder.SAMPLED_DATA,
+                 sampling=run_folder.SAMPLING_DRAFTER).items()}
     if args.fresh:
         for f in [*path.values(), *(os.path.join(args.out, b) for b in (baselines.AR, baselines.NOFEAT))]:
             if os.path.exists(f):
@@ -79,12 +81,12 @@ def run_folder(args):
 def tokenizer_stage(args, path, text, corpus):
     """1. The BPE tokenizer; run.json holds its record and the corpus. -> tokenizer, the corpus' ids split."""
     run = {"corpus": corpus, "made_by": stage_record("tokenizer", args, corpus=corpus["sha256"])}
-    if reusable("tokenizer", path["tok"], ckpt.read_run(args.out), run["made_by"]):
+    if reusable("tokenizer", path["tok"], run_folder.read_run(args.out), run["made_by"]):
         tok = load_tokenizer(path["tok"])
     else:
         t0 = time.perf_counter()
         tok = train_tokenizer(text, args.vocab_size, path["tok"])
-        ckpt.write_run(args.out, run)
+        run_folder.write_run(args.out, run)
         print(f"[tokenizer] {tok.n_vocab} tokens trained in {time.perf_counter() - t0:.1f}s -> {path['tok']}")
     ids = torch.tensor(tok.encode_ordinary(text), dtype=torch.long)
     split = Split(*split_train_val(ids))
@@ -212,8 +214,8 @@ def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, dr
     """5. The summary (nanodflash/pipeline/summary.py), decoding with DECODE_THREADS threads; its headline
     (greedy and sampled τ, repetition, speedup) goes into run.json, where sample.py reads it."""
     torch.set_num_threads(DECODE_THREADS)
-    if ckpt.is_toy_run(args.out):
-        print("\n" + ckpt.TOY_RUN)
+    if run_folder.is_toy_run(args.out):
+        print("\n" + run_folder.TOY_RUN)
     rows = Summary(target=target, drafter=drafter, data=data, prompts=prompts,
                    new_tokens=args.eval_new_tokens, long_tokens=args.eval_long_tokens,
                    long_prompts=args.eval_long_prompts,
@@ -232,7 +234,7 @@ def main(argv=None):
     if args.smoke:
         torch.set_num_threads(1)         # toy models: thread sync costs more than it saves
     torch.manual_seed(args.seed)
-    path = run_folder(args)
+    path = run_paths(args)
     t_start = time.perf_counter()
     text = load_corpus(args.data)
     corpus = corpus_record(args.data, text)

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 import nanodflash
-from nanodflash.checkpoint import TOY_RUN, is_toy_run, read, run_corpus
+from nanodflash.checkpoint import read
+from nanodflash.run_folder import TOY_RUN, is_toy_run, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
 from nanodflash.repetition import pooled_repetition, repetition

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import nanodflash
-from nanodflash import checkpoint
+from nanodflash import checkpoint, run_folder
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.sampling import DraftRule
@@ -64,18 +64,18 @@ def pairs(tmp_path_factory):
                      "--draft_steps", "1",
                      "--eval_prompts", "1", "--eval_long_tokens", "0"])   # a short summary: not used here
     tok, target, _ = nanodflash.load(str(base))
-    data = checkpoint.read(str(base / checkpoint.DATA), "data")
+    data = checkpoint.read(str(base / run_folder.DATA), "data")
     runs = {}
     for kind, cls, ccls in (("dflash", Drafter, DrafterConfig), ("dflash2", DFlash2Drafter, DFlash2Config)):
         out = tmp_path_factory.mktemp(f"run_{kind}")
-        for f in (checkpoint.TOKENIZER, checkpoint.TARGET, checkpoint.DATA):
+        for f in (run_folder.TOKENIZER, run_folder.TARGET, run_folder.DATA):
             shutil.copy(base / f, out / f)
         torch.manual_seed(0)
         drafter = cls(ccls.for_target(target.config, special_ids(tok)[1], n_layer=2, block_size=16), target)
         how = DraftTraining(steps=100, batch_size=8, n_anchors=2, lr=3e-3, min_anchor=data["prompt_len"] - 1,
                             log_every=10**9)
         train_drafter(drafter, data["train"], how)
-        checkpoint.save_drafter(str(out / checkpoint.DRAFTER), drafter)
+        checkpoint.save_drafter(str(out / run_folder.DRAFTER), drafter)
         runs[kind] = out
     return runs
 
@@ -144,7 +144,7 @@ def test_official_dflash_generate_on_an_exported_pair_matches_our_loop_step_for_
     target.double(), drafter.double()
     official_target, official_drafter = official_pair(t_dir, d_dir)
     assert type(official_drafter).__name__ == hf.ARCHITECTURES[kind]
-    data = checkpoint.read(str(pairs[kind] / checkpoint.DATA), "data")
+    data = checkpoint.read(str(pairs[kind] / run_folder.DATA), "data")
     prompts = [row[: data["prompt_len"]].tolist() for row in torch.cat([data["val"], data["train"][:4]])]
     said = [t for p in prompts for t in generate(target, p, 40)[3:]]
     frequent = max(set(said), key=said.count)                                  # a stop token that does occur

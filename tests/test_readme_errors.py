@@ -16,8 +16,8 @@ import torch
 import nanodflash
 import train_tiny
 from helpers import ROOT, tiny_drafter, tiny_target
-from nanodflash.checkpoint import run_corpus
 from nanodflash.data import check_enough, load_corpus
+from nanodflash.run_folder import run_corpus
 from nanodflash.speculative import speculative_generate
 from nanodflash.tools.cli import check_device
 

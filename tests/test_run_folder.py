@@ -15,7 +15,7 @@ import sample
 import train_tiny
 from helpers import ROOT
 from helpers import run_command as run  # `python ARGS...` (a script, or -m module), from cwd
-from nanodflash import checkpoint
+from nanodflash import run_folder
 from nanodflash.tools import bench, hf, measure
 
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]
@@ -176,12 +176,12 @@ def test_a_smoke_run_says_its_numbers_are_not_meaningful_and_a_default_sized_one
         sample.main(["--out", str(out), "--max_new_tokens", "8"])
         bench.main(["--out", str(out), "--greedy_only", "--n_prompts", "1", "--max_new_tokens", "8"])
         printed = capsys.readouterr().out
-        assert printed.count(checkpoint.TOY_RUN) == (2 if toy else 0), \
+        assert printed.count(run_folder.TOY_RUN) == (2 if toy else 0), \
             f"{out}: sample.py and the bench should print the toy-run line {'once each' if toy else 'never'}"
 
 
 def test_the_smoke_summary_says_its_numbers_are_not_meaningful(custom_run):
-    assert checkpoint.TOY_RUN in custom_run[2], "the smoke run's summary should say it is a toy run"
+    assert run_folder.TOY_RUN in custom_run[2], "the smoke run's summary should say it is a toy run"
 
 
 # ------------------------------------------------------------------ messages that point the right way

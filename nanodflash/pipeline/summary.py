@@ -11,7 +11,7 @@ this process) and every greedy speculative output is checked against plain greed
 import os
 from dataclasses import dataclass, field
 
-from .. import checkpoint as ckpt
+from .. import run_folder
 from ..repetition import pooled_repetition
 from ..tools.bench_methods import SAMPLED
 from ..tools.measure import format_bands, side_by_side, tau_by_band
@@ -125,18 +125,18 @@ def headline(rows):
 
 def model_files(out_dir):
     """{checkpoint file: its hash} of the models a headline measured (those in out_dir)."""
-    names = (ckpt.TARGET, ckpt.DRAFTER, ckpt.SAMPLING_DRAFTER)
+    names = (run_folder.TARGET, run_folder.DRAFTER, run_folder.SAMPLING_DRAFTER)
     return {n: file_hash(os.path.join(out_dir, n)) for n in names if os.path.exists(os.path.join(out_dir, n))}
 
 
 def record_headline(out_dir, rows):
     """Keep the headline in out_dir's run.json, with the hashes of the checkpoints it measured."""
     saved = dict(rows=rows, files=model_files(out_dir))
-    ckpt.write_run(out_dir, dict(ckpt.read_run(out_dir), headline=saved))
+    run_folder.write_run(out_dir, dict(run_folder.read_run(out_dir), headline=saved))
 
 
 def recorded_headline(out_dir):
     """The headline train_tiny.py recorded for out_dir, or None where it has none or a checkpoint it measured
     has changed since (a later run stopped before its summary)."""
-    saved = (ckpt.read_run(out_dir) or {}).get("headline")
+    saved = (run_folder.read_run(out_dir) or {}).get("headline")
     return saved["rows"] if saved and saved["files"] == model_files(out_dir) else None

@@ -51,6 +51,7 @@ from dataclasses import fields
 import torch
 
 from .. import checkpoint as ckpt
+from .. import run_folder
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..drafting import RowByRow
@@ -249,7 +250,7 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
         torch.manual_seed(recipe["seed"])
         d = cls(base_config(drafter.config, cls), target).to(device)
         log(f"[{kind}] {cls.__name__}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M parameters, "
-            f"{recipe['steps']} steps, same recipe and data as {ckpt.DRAFTER}")
+            f"{recipe['steps']} steps, same recipe and data as {run_folder.DRAFTER}")
 
         def eval_fn(m):
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
@@ -264,13 +265,13 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
 def main(argv=None):
     args = parse_args(argv)
     try:
-        ckpt.check_run_folder(args.out)
-        target, _ = ckpt.load_target(os.path.join(args.out, ckpt.TARGET), args.device)
-        path = os.path.join(args.out, ckpt.DRAFTER)
+        run_folder.check_run_folder(args.out)
+        target, _ = ckpt.load_target(os.path.join(args.out, run_folder.TARGET), args.device)
+        path = os.path.join(args.out, run_folder.DRAFTER)
         drafter, ck = ckpt.load_drafter(path, target, args.device)
         recipe = run_recipe(ck.get("made_by"), path)
         recipe["steps"] = args.steps or recipe["steps"]
-        data = ckpt.read(os.path.join(args.out, ckpt.DATA), "generated data")
+        data = ckpt.read(os.path.join(args.out, run_folder.DATA), "generated data")
         t0 = time.perf_counter()
         models = train_baselines(args.out, target, drafter, data, recipe, args.fresh, args.device,
                                  kinds=args.kinds)

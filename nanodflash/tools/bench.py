@@ -47,8 +47,9 @@ import time
 
 import torch
 
-from ..checkpoint import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, load, load_drafter, run_corpus
+from ..checkpoint import load, load_drafter
 from ..repetition import pooled_repetition, repetition
+from ..run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
 from ..speculative import DECODE_THREADS
 from ..step_costs import measured_costs
 from . import bench_table, draft_costs, lost_tau

@@ -22,8 +22,9 @@ import torch
 
 from ..batch import batch_costs, generate_batch, speculative_generate_batch
 from ..batch_policy import COST_ROWS
-from ..checkpoint import load, run_corpus
+from ..checkpoint import load
 from ..repetition import pooled_repetition
+from ..run_folder import run_corpus
 from ..speculative import speculative_generate
 from .measure import bench_flags, bench_prompts, interleaved, machine
 

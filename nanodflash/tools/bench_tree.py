@@ -26,7 +26,8 @@ import time
 
 import torch
 
-from ..checkpoint import load, run_corpus
+from ..checkpoint import load
+from ..run_folder import run_corpus
 from ..speculative import generate, speculative_generate
 from ..tree import TREE_TEMPERATURE, tree_speculative_generate
 from .bench import PROMPT_LEN, SEED, run_benchmark

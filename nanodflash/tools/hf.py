@@ -27,7 +27,7 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
-from .. import checkpoint
+from .. import checkpoint, run_folder
 from ..checkpoint import DRAFTER_KINDS
 from ..dflash2 import DFlash2Drafter
 from ..drafter import default_target_layer_ids
@@ -118,7 +118,7 @@ def export(out_dir, to_dir, written=None):
     tok, target, drafter = checkpoint.load(out_dir)
     paths = os.path.join(to_dir, "target"), os.path.join(to_dir, "drafter")
     files = export_target(target, tok, paths[0]) + export_drafter(drafter, paths[1])
-    sampling = os.path.join(out_dir, checkpoint.SAMPLING_DRAFTER)
+    sampling = os.path.join(out_dir, run_folder.SAMPLING_DRAFTER)
     if os.path.exists(sampling):
         sampler = checkpoint.load_drafter(sampling, target)[0]
         files += export_drafter(sampler, os.path.join(to_dir, "drafter_sampling"))
@@ -284,8 +284,8 @@ def main(argv=None):
         sys.exit(f"error: {err}")
     for path in written:
         print(f"wrote {path}")
-    if not os.path.exists(os.path.join(args.out, checkpoint.SAMPLING_DRAFTER)):
-        print(f"no sampling drafter exported: {args.out} has no {checkpoint.SAMPLING_DRAFTER} "
+    if not os.path.exists(os.path.join(args.out, run_folder.SAMPLING_DRAFTER)):
+        print(f"no sampling drafter exported: {args.out} has no {run_folder.SAMPLING_DRAFTER} "
               "(`train_tiny.py` adds it to a run made with --no-sampling)")
 
 
