@@ -1,4 +1,4 @@
-"""The README's "Common errors" table quotes the messages the code really prints.
+"""docs/errors.md, the common errors the README points to, quotes the messages the code really prints.
 
 Each message is made here the way a user meets it (a missing folder, a mixed run, a bad flag, ...), in a
 scratch folder entered as the working directory, so that paths read as in the README (`out/target.pt`).
@@ -84,9 +84,9 @@ def real_messages(smoke_out, tmp_path_factory):
 
 
 def table_quotes():
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    section = readme.split("## Common errors", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| `")]
+    """The quoted messages of docs/errors.md: the code spans of each item's first line ("- `message` —")."""
+    page = open(os.path.join(ROOT, "docs", "errors.md"), encoding="utf-8").read()
+    rows = [line for line in page.splitlines() if line.startswith("- `")]
     return [q for row in rows for q in re.findall(r"`([^`]+)`", row)]
 
 
@@ -97,7 +97,7 @@ def as_pattern(quote):
 
 def test_every_error_the_readme_quotes_is_one_the_code_prints(real_messages):
     stale = [q for q in table_quotes() if not any(re.search(as_pattern(q), m) for m in real_messages)]
-    assert not stale, ("README 'Common errors' quotes messages the code does not print:\n  "
+    assert not stale, ("docs/errors.md quotes messages the code does not print:\n  "
                        + "\n  ".join(stale) + "\nthe real messages:\n  " + "\n  ".join(real_messages))
 
 
@@ -106,4 +106,4 @@ def test_the_readme_quotes_every_run_folder_error(real_messages):
     missing = [m for m in real_messages if any(k in m for k in RUN_FOLDER_MESSAGES)
                and not any(re.search(as_pattern(q), m) for q in quotes)]
     assert not missing, \
-        "README 'Common errors' should quote these run-folder messages:\n  " + "\n  ".join(missing)
+        "docs/errors.md should quote these run-folder messages:\n  " + "\n  ".join(missing)
