@@ -49,11 +49,10 @@ $(BIN)/.test-installed: $(BIN)/.installed
 	$(UV) --no-deps dflash==0.1.0
 	touch $@
 
-# The linter first (seconds), then the suite on both cores; a file marked xdist_group runs on one worker, so
-# its costly module fixtures are built once
+# The linter first (seconds), then the suite on both cores
 test: $(BIN)/.test-installed
 	$(BIN)/ruff check
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 notebooks: $(BIN)/.installed
 	$(UV) -e '.[notebooks]'

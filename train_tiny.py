@@ -12,7 +12,7 @@ and refuses one with another record, naming each difference (`--fresh` starts ov
 run.json remembers the corpus, so sample.py and the benchmark take their prompts from it. The target and
 drafter stages also save their whole state every ~45 s and at Ctrl-C, SIGTERM or SIGHUP (out/*.pt.resume),
 so an interrupted run resumes where it stopped and ends with the same weights; the data stage is short and
-restarts.
+restarts. Then the step costs block_size="auto" weighs drafts by are timed once on this machine (costs.json).
 At the end it prints a summary: losses, per-slot accuracy, τ at the drafter's block size on validation
 prompts and the speedup of speculative over plain greedy decoding measured side by side, every greedy output
 checked against plain greedy decoding, and τ by position on long generations.
@@ -34,8 +34,10 @@ from nanodflash.pipeline.record import file_hash, reusable, stage_record
 from nanodflash.pipeline.summary import Summary, record_headline
 from nanodflash.resume import data_hash
 from nanodflash.speculative import DECODE_THREADS
+from nanodflash.step_costs import cost_key, describe, use_table
 from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
+from nanodflash.tools.calibrate import calibrate
 from nanodflash.train import train_target
 from nanodflash.train_drafter import DraftTraining, generate_mix, measure_tau, slot_accuracy, train_drafter
 
@@ -210,7 +212,29 @@ def sampling_stage(args, path, target, drafter, split, corpus):
     return sampler
 
 
-def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist):
+def calibrate_stage(args, target, drafter, sampler):
+    """4c. The step costs block_size="auto" weighs drafts by, timed on this machine with DECODE_THREADS
+    threads into costs.json (nanodflash/tools/calibrate.py); kept while its key (machine, threads, torch) and
+    the target it timed stay the same. -> the seconds it took (0 when kept or skipped)."""
+    torch.set_num_threads(DECODE_THREADS)
+    key, B = cost_key(target), drafter.config.block_size
+    kept = next((e for e in run_folder.read_costs(args.out) if e["key"] == key and e["block_size"] == B
+                 and e.get("target") == target.fingerprint()), None)
+    if args.calibrate_calls == 0 or kept is not None:
+        print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
+        seconds = 0.0
+    else:
+        entry = dict(calibrate(target, drafter, args.calibrate_calls), target=target.fingerprint())
+        print(f"[calibrate] {describe(key)}: {entry['seconds']:.0f}s -> "
+              f"{run_folder.write_costs(args.out, entry)}")
+        seconds = entry["seconds"]
+    for d in (drafter, sampler):
+        if d is not None:
+            use_table(d, run_folder.read_costs(args.out))
+    return seconds
+
+
+def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist, calibrated):
     """5. The summary (nanodflash/pipeline/summary.py), decoding with DECODE_THREADS threads; its headline
     (greedy and sampled τ, repetition, speedup) goes into run.json, where sample.py reads it."""
     torch.set_num_threads(DECODE_THREADS)
@@ -220,6 +244,7 @@ def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, dr
                    new_tokens=args.eval_new_tokens, long_tokens=args.eval_long_tokens,
                    long_prompts=args.eval_long_prompts,
                    target_hist=target_hist, draft_hist=draft_hist, threads=DECODE_THREADS,
+                   calibrate_seconds=calibrated,
                    sampler=sampler).print()
     record_headline(args.out, rows)
 
@@ -245,7 +270,8 @@ def main(argv=None):
     prompts = window_prompts(split.val, args.eval_prompts, args.prompt_len, args.seed + 2)
     drafter, draft_hist = drafter_stage(args, path, target, data, data_id, prompts, special_ids(tok)[1])
     sampler = sampling_stage(args, path, target, drafter, split, corpus) if args.sampling else None
-    summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist)
+    calibrated = calibrate_stage(args, target, drafter, sampler)
+    summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist, calibrated)
 
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")
     out = "" if args.out == recipe.OUT else f" --out {args.out}"

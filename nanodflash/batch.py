@@ -28,12 +28,11 @@ from .block_policy import block_sizes
 from .loop import SpecStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
 from .speculative import NO_DRAFTS, draft_rule, verify_block
-from .step_costs import CONTEXT, COST_TOKENS, N_CALLS, cached_costs, measured_costs, median_seconds
+from .step_costs import costs_for
 from .verify import greedy_verify
 
 # generate_batch (plain batched decoding) lives in plain_batch.py; it is importable from here too
-__all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculative_generate_batch",
-           "time_batch_steps"]
+__all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculative_generate_batch"]
 
 
 @dataclass
@@ -64,7 +63,7 @@ class SpecBatch(PlainBatch):
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
                          generator, layer_ids=drafter.config.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
-        costs_at = partial(batch_costs, target, drafter, sampled=temperature > 0)   # rows -> costs
+        costs_at = partial(batch_costs, drafter, sampled=temperature > 0)   # rows -> costs
         self.sizer = BatchBlockSize(B, costs_at) if self.auto else block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
@@ -149,38 +148,7 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_s
                      verifier, stop_token_ids, generator).run()
 
 
-def batch_costs(target, drafter, rows, sampled=False):
-    """[cost(n) for n in 0..B-1] of a step of `rows` rows on these models (step_costs.py): batch 1's table
-    for one row (its sampled one when sampling), else timed once per process on greedy steps
-    (`time_batch_steps`)."""
-    if rows == 1:
-        return measured_costs(target, drafter, sampled)
-    return cached_costs(drafter, rows, lambda: time_batch_steps(target, drafter, rows))
-
-
-@torch.no_grad()
-def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
-    """{t: seconds of one batched step of `rows` rows with blocks of t tokens} at the COST_TOKENS sizes up to
-    the drafter's block size: draft t-1 tokens per row (none at t = 1), verify t per row, project them into
-    the drafter's context. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are
-    the ones the loop uses."""
-    B = drafter.config.block_size
-    n = min(CONTEXT, target.config.max_seq_len - 2 * B)
-    context = [i % target.config.vocab_size for i in range(n)]
-    batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
-    batch.prefill()
-    batch.context.project_context()                    # the prompts' context, once: a step adds t positions
-    lens, mark = list(batch.cache.lengths), batch.context.mark()
-    seconds = {}
-    for t in [t for t in COST_TOKENS if t <= B]:
-        block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
-
-        def step():
-            batch.context.rewind(mark)
-            if t > 1:
-                batch.context.draft(batch.anchors(), t, [t] * rows, batch.choose)
-            batch.cache.lengths = list(lens)
-            _, feats = batch.forward(block)
-            batch.context.extend(feats, block, [t] * rows)
-        seconds[t] = median_seconds(step, batch.device, n_calls)
-    return seconds
+def batch_costs(drafter, rows, sampled=False):
+    """[cost(n) for n in 0..B-1] of a step of `rows` rows (step_costs.py): batch 1's table for one row (its
+    sampled one when sampling), else the greedy table of those rows."""
+    return costs_for(drafter, rows, sampled and rows == 1)

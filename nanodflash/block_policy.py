@@ -42,7 +42,7 @@ def block_sizes(block_size, max_block_size, costs=None):
     `update(n_drafts, n_accepted)` after.
 
     block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto".
-    costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.measured_costs)."""
+    costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.costs_for)."""
     if block_size == "auto":
         return AdaptiveBlockSize(max_block_size, costs())
     B = max_block_size if block_size is None else block_size

@@ -25,7 +25,8 @@ import torch
 from .dflash2 import DFlash2Drafter
 from .drafter import Drafter
 from .gpt import GPT, GPTConfig
-from .run_folder import TARGET, TOKENIZER, check_run_folder, drafter_path
+from .run_folder import TARGET, TOKENIZER, check_run_folder, drafter_path, read_costs
+from .step_costs import use_table
 from .tokenizer import load_tokenizer
 
 DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
@@ -90,7 +91,8 @@ def save_drafter(path, drafter, history=None, made_by=None):
 
 def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python train_tiny.py",
                  retrain="rerun train_tiny.py with --fresh"):
-    """Load a drafter onto `target`; refuse if it was trained against a different target.
+    """Load a drafter onto `target`; refuse if it was trained against a different target. The step costs of
+    its folder (costs.json) come with it: block_size="auto" decides by them (step_costs.py).
 
     Without `cls`, the checkpoint's kind picks the class (DFlash or DFlash 2, DRAFTER_KINDS). Baseline
     drafters (nanodflash.tools.baselines) pass their class, the `kind` their checkpoint must record, and the
@@ -112,6 +114,7 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
                          f"but this target is {fp}; retrain it ({retrain})")
     drafter = cls(cls.config_class(**ck["config"]), target)
     drafter.load_state_dict(ck["model"])
+    use_table(drafter, read_costs(os.path.dirname(path) or "."))       # its run folder's step costs
     return drafter.to(device).eval(), ck
 
 

@@ -1,7 +1,8 @@
 """A run folder: what `train_tiny.py --out DIR` writes, where each file lives, and the messages that say
 what is wrong with a folder and what to do.
 
-    DIR/run.json, tokenizer.bpe, target.pt, data.pt, drafter.pt, [data_sampled.pt, drafter_sampling.pt]
+    DIR/run.json, tokenizer.bpe, target.pt, data.pt, drafter.pt, [data_sampled.pt, drafter_sampling.pt],
+        costs.json
 
 (checkpoint.py says what each file holds; `nanodflash.load(DIR)` reads them.) A folder that does not exist
 is refused naming the nearest run folder, a folder without a tokenizer as an unfinished run; run.json records
@@ -18,6 +19,7 @@ from .data import BUILTIN_CORPORA, corpus_record, load_corpus
 RUN, TOKENIZER, TARGET, DATA, DRAFTER = "run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"
 # made by train_tiny.py unless --no-sampling
 SAMPLED_DATA, SAMPLING_DRAFTER = "data_sampled.pt", "drafter_sampling.pt"
+COSTS = "costs.json"     # the step costs block_size="auto" weighs drafts by, per machine (step_costs.py)
 TOY_RUN = ("note: this is a smoke-sized run (train_tiny.py --smoke): its τ and speedups are not meaningful; "
            "`python train_tiny.py` trains a default-sized pair")
 
@@ -97,3 +99,22 @@ def run_corpus(out_dir):
         raise ValueError(f"{data} changed since {out_dir} was trained on it: put the original back, "
                          "or pass --data FILE to take prompts from another text")
     return data
+
+
+def read_costs(out_dir):
+    """The entries of out_dir's costs.json (tools/calibrate.py: one per machine key), [] without one."""
+    path = os.path.join(out_dir, COSTS)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)["tables"]
+
+
+def write_costs(out_dir, entry):
+    """Keep `entry` in out_dir's costs.json, in place of an entry of the same machine key. -> the path."""
+    entries = [e for e in read_costs(out_dir) if e["key"] != entry["key"]] + [entry]
+    path = os.path.join(out_dir, COSTS)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"tables": entries}, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return path

@@ -18,7 +18,7 @@ import torch
 from .block_policy import block_sizes
 from .loop import Drafted, Instruments, SpecStats, Step, Verdict, check_request, decode
 from .sampling import DraftRule, next_token, probs_from_logits
-from .step_costs import measured_costs
+from .step_costs import costs_for
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
@@ -121,7 +121,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
-                        costs=lambda: measured_costs(target, drafter, sampled=temperature > 0))
+                        costs=lambda: costs_for(drafter, 1, sampled=temperature > 0))
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
     stats = SpecStats(target_cache=cache, draft_cache=dcache)

@@ -3,132 +3,109 @@
 block_policy.py drafts the n that maximises E(n) / cost(n), cost(n) being the seconds of a step with n drafts
 in units of a step without drafts. Those seconds depend on the machine, on the models (a deep target makes
 every verified token dearer) and on the rows of a batch (a forward stops being bound by reading the weights
-as rows x tokens grow), so they are measured where the decoder runs, the first time it needs them:
+as rows x tokens grow). They are measured once per machine, never while decoding:
 
-    costs = measured_costs(target, drafter)     # [cost(0) = 1, cost(1), ..., cost(B-1)] for one row
-    fix_costs(drafter, costs)                   # or put a table in its place (tests, benchmarks)
+    python -m nanodflash.tools.calibrate --out out    # times the steps, writes out/costs.json
+    tok, target, drafter = nanodflash.load("out")     # reads the table: auto decides by it
+    costs_for(drafter, rows=1, sampled=False)         # [cost(0) = 1, cost(1), ..., cost(B-1)]
+    fix_costs(drafter, table)                         # or put a table in its place (tests, notebooks)
 
-A step is timed as the loop runs it: the newly verified positions projected into the drafter's context, one
-drafter pass of n+1 slots (none when n = 0) and one target forward of n+1 tokens, after a context of
-CONTEXT tokens; when sampling, also what sampling adds per slot (drawing each draft from q, the target's p
-at every position, the rejection test), which makes a sampled slot dearer than a greedy one. The median of
-N_CALLS calls at each of COST_TOKENS block sizes, linear in between (about a quarter of a second for the
-default models on one CPU thread). The table is kept for the process, per drafter, row count, device, thread
-count and kind of step (greedy or sampled), so every generation of a process weighs drafts alike, and a
-fixed table makes a seeded sampled run repeat exactly. Costs choose block sizes only, and every block size
-is exact: they never change the output's distribution (when greedy, its tokens).
+A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
+step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so once. So a
+decision never depends on the clock of the moment: the same seeded command on the same run folder drafts the
+same block sizes and emits the same tokens in every process. Costs choose block sizes only, and every block
+size is exact: they never change the output's distribution (when greedy, its tokens).
 """
 
-import statistics
-import time
+import sys
 import weakref
 
 import torch
 
-from .sampling import DraftRule, probs_from_logits
-from .verify import rejection_verify
+from .block_policy import linear_costs
 
-CONTEXT = 64                      # tokens of context the timed steps attend to
-COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
-N_CALLS = 5                       # timed calls per block size (the median counts), after one warm-up
+COMPILE = "eager"          # how the decoders run; a compiled path gets tables of its own
+# The default costs, linear in the drafts per row: rows -> (cost of a step with one draft, the growth per
+# further draft as a share of it), block_policy.linear_costs. From the default run's table (make demo, then
+# calibrate) on a 2-core AMD EPYC, one thread, torch 2.13.0, rounded.
+DEFAULT_COSTS = {1: (1.45, 0.02), 2: (1.4, 0.035), 4: (1.4, 0.05), 8: (1.3, 0.09), 16: (1.45, 0.14),
+                 32: (1.6, 0.15)}
+DEFAULT_SAMPLED = (1.45, 0.03)     # one row, sampled steps: drawing drafts from q and the rejection test
 
-_TABLES = weakref.WeakKeyDictionary()      # drafter -> {(rows, device, threads, sampled): [cost(n), ...]}
-SAMPLED_T = 0.7                   # sampled steps are timed at this temperature (cost barely moves with it)
-
-
-def sync(device):
-    """Block until the device has run everything queued (CUDA kernels are asynchronous), so a timer sees
-    it finish; nothing to wait for on the CPU."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+_FIXED = weakref.WeakKeyDictionary()     # drafter -> {(key, rows, sampled): [cost(n), ...]}: fix_costs
+_TABLES = weakref.WeakKeyDictionary()    # drafter -> the entries of its run folder's costs.json: use_table
+_TOLD = set()                            # machine keys whose missing table was reported (once a process)
 
 
-def median_seconds(fn, device, n=N_CALLS):
-    """Median wall-clock seconds of n calls of fn(), after one untimed warm-up call (allocation, kernel
-    setup)."""
-    fn()
-    times = []
-    for _ in range(n):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def cost_key(target):
+    """What a step's cost depends on besides the models: {device, dtype, threads, torch, compile}."""
+    p = next(target.parameters())
+    return dict(device=p.device.type, dtype=str(p.dtype).removeprefix("torch."),
+                threads=torch.get_num_threads(), torch=torch.__version__, compile=COMPILE)
 
 
-def relative_costs(seconds, max_block_size):
-    """{block size t: seconds} at some t (1 included) -> [cost(n) for n in 0..B-1], cost(n) = seconds at
-    t = n+1 (linear between the timed sizes, the last segment extended) over the seconds at t = 1.
+def describe(key):
+    """'cpu, float32, 1 thread, torch 2.13.0+cpu, eager'"""
+    return (f"{key['device']}, {key['dtype']}, {key['threads']} thread{'s' if key['threads'] > 1 else ''}, "
+            f"torch {key['torch']}, {key['compile']}")
 
-    >>> relative_costs({1: 2.0, 2: 2.5, 4: 3.0}, 5)
-    [1.0, 1.25, 1.375, 1.5, 1.625]
+
+def default_costs(block_size, rows=1, sampled=False):
+    """DEFAULT_COSTS as a table [cost(n) for n in 0..B-1]: at the nearest row count listed at or below
+    `rows`; DEFAULT_SAMPLED for one sampled row.
+
+    >>> [round(c, 3) for c in default_costs(4)]
+    [1.0, 1.45, 1.479, 1.508]
     """
-    ts = sorted(seconds)
-    out = []
-    for t in range(1, max_block_size + 1):
-        i = max(1, min(len(ts) - 1, sum(x < t for x in ts)))
-        lo, hi = ts[i - 1], ts[i]
-        out.append((seconds[lo] + (seconds[hi] - seconds[lo]) * (t - lo) / (hi - lo)) / seconds[1])
-    return out
+    listed = max(r for r in DEFAULT_COSTS if r <= max(rows, 1))
+    step_cost, slot_cost = DEFAULT_SAMPLED if sampled and rows == 1 else DEFAULT_COSTS[listed]
+    return linear_costs(block_size, step_cost, slot_cost)
 
 
-def _key(drafter, rows, sampled):
-    return rows, str(next(drafter.target.parameters()).device), torch.get_num_threads(), bool(sampled)
-
-
-def fix_costs(drafter, costs, rows=1, sampled=None):
-    """Use `costs` ([cost(n) for n in 0..B-1], cost(0) = 1) for `drafter` at `rows` rows from now on, in
-    place of a measurement: for greedy steps (sampled=False), sampled ones (True) or both (None)."""
+def check_table(drafter, costs):
     if len(costs) != drafter.config.block_size or costs[0] != 1:
         raise ValueError(f"costs must list cost(n) for n = 0..{drafter.config.block_size - 1} with "
                          f"cost(0) = 1, got {costs}")
+
+
+def fix_costs(drafter, costs, rows=1, sampled=None):
+    """Use `costs` ([cost(n) for n in 0..B-1], cost(0) = 1) for `drafter` at `rows` rows on this machine from
+    now on, in place of any table: for greedy steps (sampled=False), sampled ones (True) or both (None)."""
+    check_table(drafter, costs)
+    key = str(cost_key(drafter.target))
     for kind in (False, True) if sampled is None else (sampled,):
-        _TABLES.setdefault(drafter, {})[_key(drafter, rows, kind)] = list(costs)
+        _FIXED.setdefault(drafter, {})[key, rows, kind] = list(costs)
 
 
-def cached_costs(drafter, rows, measure, sampled=False):
-    """The table for `drafter` at `rows` rows (of sampled steps or greedy ones): the fixed or already
-    measured one, else measure() (seconds by block size), kept."""
-    tables = _TABLES.setdefault(drafter, {})
-    key = _key(drafter, rows, sampled)
-    if key not in tables:
-        tables[key] = relative_costs(measure(), drafter.config.block_size)
-    return tables[key]
+def use_table(drafter, entries):
+    """The cost tables of the drafter's run folder (costs.json's entries, tools/calibrate.py), for
+    `costs_for` to choose from by machine key."""
+    _TABLES[drafter] = list(entries)
 
 
-@torch.no_grad()
-def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
-    """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
-    block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
-    drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
-    costs about as much)."""
-    B, ids = drafter.config.block_size, drafter.config.target_layer_ids
-    device = next(target.parameters()).device
-    n = min(CONTEXT, target.config.max_seq_len - B)
-    context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
-    cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B)
-    _, feats = target(context, cache, layer_ids=ids)
-    g = torch.Generator().manual_seed(0)
-    rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
-    seconds = {}
-    for t in [t for t in COST_TOKENS if t <= B]:
-        def step():
-            dcache.length = n - t                          # the last t context positions, verified anew
-            drafter.extend(dcache, feats[:, n - t:], context[:, n - t:])
-            if t > 1:
-                drafts, q = drafter.draft(dcache, 0, t - 1, rule)   # projects them, then drafts
-            else:
-                drafter.project_context(dcache)            # what the next draft would project first
-            logits, _ = target(context[:, :t], cache, layer_ids=ids)
-            if sampled and t > 1:                          # the verifier's share of a sampled step
-                rejection_verify(drafts, q, probs_from_logits(logits[0].cpu(), SAMPLED_T), g)
-            cache.crop(n)
-        seconds[t] = median_seconds(step, device, n_calls)
-    return seconds
+def table_for(drafter, key):
+    """The costs.json entry measured for this machine key and block size, or None."""
+    B = drafter.config.block_size
+    return next((e for e in _TABLES.get(drafter, []) if e["key"] == key and e["block_size"] == B), None)
 
 
-def measured_costs(target, drafter, sampled=False):
-    """[cost(n) for n in 0..B-1] of batch-1 steps (sampled ones, or greedy) on these models: fixed, already
-    measured, or timed now."""
-    return cached_costs(drafter, 1, lambda: time_single_steps(target, drafter, sampled=sampled), sampled)
+def costs_for(drafter, rows=1, sampled=False):
+    """[cost(n) for n in 0..B-1] of a step of `rows` rows (sampled or greedy): the fixed table, else the run
+    folder's for this machine key (sampled steps of several rows: the greedy table of those rows, when it
+    has no sampled one), else DEFAULT_COSTS, saying once which key has no table."""
+    key = cost_key(drafter.target)
+    fixed = _FIXED.get(drafter, {}).get((str(key), rows, bool(sampled)))
+    if fixed is not None:
+        return fixed
+    entry = table_for(drafter, key)
+    if entry is not None:
+        tables = entry["costs"]["sampled" if sampled else "greedy"]
+        table = tables.get(str(rows)) or entry["costs"]["greedy"].get(str(rows))
+        if table is not None:
+            return table
+    if str(key) not in _TOLD:
+        _TOLD.add(str(key))
+        print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
+              "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR` measures this "
+              "machine's", file=sys.stderr)
+    return default_costs(drafter.config.block_size, rows, sampled)

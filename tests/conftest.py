@@ -41,16 +41,11 @@ def smoke_out(tmp_path_factory):
     once per test run and shared by every test file. Under xdist both workers share one folder: the first to
     need it trains it while the other waits on a file lock (tests only read it; they copy it to change
     anything)."""
-    import os
-
-    from filelock import FileLock
-
     import train_tiny
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent                                   # the run's folder, above each worker's own
+    from helpers import shared
+    root, lock = shared(tmp_path_factory, "smoke_checkpoints")
     out = root / "smoke_checkpoints"
-    with FileLock(str(root / "smoke_checkpoints.lock")):
+    with lock:
         if not (out / "drafter_sampling.pt").exists():
             train_tiny.main(["--smoke", "--sampling", "--out", str(out)])
     return out

@@ -84,3 +84,13 @@ def smoke_run_in_training(out):
         if b"[target] step" in line:
             break
     return proc
+
+
+def shared(tmp_path_factory, name):
+    """(the folder both xdist workers share, a file lock named `name` in it): what a session fixture builds
+    there once, under the lock, the other worker waits for and reads (tests copy it to change anything)."""
+    from filelock import FileLock
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent                                   # the run's folder, above each worker's own
+    return root, FileLock(str(root / f"{name}.lock"))

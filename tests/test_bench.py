@@ -27,9 +27,6 @@ from nanodflash.tools import (
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.tree import tree_speculative_generate
 
-# one worker runs this file, so its module fixtures are built once, not once per xdist worker
-pytestmark = pytest.mark.xdist_group("bench")
-
 N_PROMPTS, NEW_TOKENS = 2, 20
 
 

@@ -21,9 +21,6 @@ from nanodflash.train_drafter import (
 )
 from test_sampling_exact import N_OTHER_PATHS, chi_square_p_value, exact_distribution, speculative_counts
 
-# one worker runs this file, so its module fixtures are built once, not once per xdist worker
-pytestmark = pytest.mark.xdist_group("dflash2")
-
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
 
 

@@ -99,6 +99,8 @@ CASES = [
      "argument --eval_long_prompts: must be an integer in [1, 10000], got 0"),
     ("train_tiny.py", ["--eval_long_tokens", "5000"],
      "argument --eval_long_tokens: must be an integer in [0, 4096], got 5000"),
+    ("train_tiny.py", ["--calibrate_calls", "-1"],
+     "argument --calibrate_calls: must be an integer in [0, 1001], got -1"),
     ("train_tiny.py", ["--long_gen_len", "600"],
      "--prompt_len + --long_gen_len = 616 must be at most the target's context window, "
      "max(512, --seq_len) = 512"),

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import nanodflash
+from helpers import shared
 from nanodflash import checkpoint, run_folder
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
@@ -27,9 +28,6 @@ from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
 from nanodflash.tools import hf
 from nanodflash.tools.baselines import ARDrafter
 from nanodflash.train_drafter import DraftTraining, train_drafter
-
-# one worker runs this file, so its module fixtures are built once, not once per xdist worker
-pytestmark = pytest.mark.xdist_group("hf")
 
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
     pytest.skip("transformers and dflash are test dependencies: run the README's test command",
@@ -52,22 +50,30 @@ def official_code():
 HF_FLOAT32_TOL = 1e-5                           # HF's float32 RMSNorm/RoPE inside a float64 model
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pairs(tmp_path_factory):
     """A smoke-sized target trained long enough to say varied things (the --smoke one repeats one token),
-    with a DFlash and a DFlash 2 drafter trained at block size 16, each in a run folder like train_tiny.py's.
-    100 drafter steps give the same spread of acceptance lengths (1 to 16 at B=16) as 200, in half the
-    time."""
+    with a DFlash and a DFlash 2 drafter trained at block size 16, each in a run folder like train_tiny.py's,
+    made once and shared by both xdist workers (conftest.shared; tests only read them). 100 drafter steps
+    give the same spread of acceptance lengths (1 to 16 at B=16) as 200, in half the time."""
+    root, lock = shared(tmp_path_factory, "hf_pairs")
+    runs = {kind: root / f"hf_run_{kind}" for kind in ("dflash", "dflash2")}
+    with lock:
+        if not all((run / run_folder.DRAFTER).exists() for run in runs.values()):
+            make_pairs(root / "hf_run_base", runs)
+    return runs
+
+
+def make_pairs(base, runs):
     import train_tiny
-    base = tmp_path_factory.mktemp("run_base")
     train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64",
-                     "--draft_steps", "1",
+                     "--draft_steps", "1", "--calibrate_calls", "0",
                      "--eval_prompts", "1", "--eval_long_tokens", "0"])   # a short summary: not used here
     tok, target, _ = nanodflash.load(str(base))
     data = checkpoint.read(str(base / run_folder.DATA), "data")
-    runs = {}
     for kind, cls, ccls in (("dflash", Drafter, DrafterConfig), ("dflash2", DFlash2Drafter, DFlash2Config)):
-        out = tmp_path_factory.mktemp(f"run_{kind}")
+        out = runs[kind]
+        out.mkdir()
         for f in (run_folder.TOKENIZER, run_folder.TARGET, run_folder.DATA):
             shutil.copy(base / f, out / f)
         torch.manual_seed(0)
@@ -76,8 +82,6 @@ def pairs(tmp_path_factory):
                             log_every=10**9)
         train_drafter(drafter, data["train"], how)
         checkpoint.save_drafter(str(out / run_folder.DRAFTER), drafter)
-        runs[kind] = out
-    return runs
 
 
 def official_pair(target_dir, drafter_dir):

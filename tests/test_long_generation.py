@@ -9,9 +9,6 @@ from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.measure import BANDS, band_counts, format_bands, step_starts, tau_by_band
 from nanodflash.train_drafter import DraftTraining, generate_sequences, train_drafter
 
-# one worker runs this file, so its module fixtures are built once, not once per xdist worker
-pytestmark = pytest.mark.xdist_group("long_generation")
-
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
 WINDOW = 320                                 # max_seq_len of the long-generation target: > 300 new tokens fit
 NEW = WINDOW - len(PROMPTS[0])               # 312: exactly fills the window after the first prompt

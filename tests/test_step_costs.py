@@ -1,16 +1,54 @@
-"""block_size="auto" weighs drafts by costs measured on the models that decode (step_costs.py): measured once
-per process, or fixed; the costs choose block sizes only, and a fixed table makes a seeded run repeat."""
+"""block_size="auto" weighs drafts by a table of step costs measured once per machine (tools/calibrate.py,
+kept in the run folder's costs.json) or fixed, never by a clock while decoding: the same seeded command on the
+same run folder gives the same tokens and block sizes in every process, and a copied table reproduces them.
+The costs choose block sizes only: greedy output never depends on them."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from helpers import tiny_drafter
+from helpers import ROOT, tiny_drafter
 from nanodflash.batch import batch_costs
 from nanodflash.block_policy import linear_costs
+from nanodflash.run_folder import COSTS, read_costs, write_costs
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.step_costs import fix_costs, measured_costs, relative_costs
+from nanodflash.step_costs import cost_key, costs_for, default_costs, fix_costs
+from nanodflash.tools.calibrate import calibrate, relative_costs
 
 PROMPT = [3, 14, 15, 9, 26, 5]
+
+# One seeded sampled generation with block_size="auto" from a run folder, printed as JSON: tokens and sizes
+DECODE = """
+import json, sys, torch, nanodflash
+torch.set_num_threads(1)
+tok, target, drafter = nanodflash.load(sys.argv[1], sampling=True)
+prompt = tok.encode_ordinary("def f(x):\\n    return")
+out, st = nanodflash.speculative_generate(target, drafter, prompt, 40, block_size="auto", temperature=0.7,
+                                          top_p=0.95, generator=torch.Generator().manual_seed(7))
+out2, _ = nanodflash.speculative_generate(target, drafter, prompt, 8, block_size="auto", temperature=0.7)
+print(json.dumps(dict(tokens=out, sizes=st.block_sizes)))
+"""
+
+
+def decode(folder):
+    """DECODE's generation, in this process."""
+    import nanodflash
+    tok, target, drafter = nanodflash.load(str(folder), sampling=True)
+    prompt = tok.encode_ordinary("def f(x):\n    return")
+    out, st = speculative_generate(target, drafter, prompt, 40, block_size="auto", temperature=0.7,
+                                   top_p=0.95, generator=torch.Generator().manual_seed(7))
+    return dict(tokens=out, sizes=st.block_sizes)
+
+
+def decode_in_a_new_process(folder):
+    r = subprocess.run([sys.executable, "-c", DECODE, str(folder)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, f"the decoding process failed:\n{r.stderr}"
+    return json.loads(r.stdout.splitlines()[-1]), r.stderr
 
 
 def test_relative_costs_divide_by_a_step_without_drafts_and_interpolate_between_timed_sizes():
@@ -18,25 +56,68 @@ def test_relative_costs_divide_by_a_step_without_drafts_and_interpolate_between_
         "t = 3 lies halfway between t = 2 and 4, t = 5 on the last segment extended"
 
 
-def test_the_measured_costs_list_every_draft_count_and_are_measured_once_per_process(target):
+def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_machine_key(target, tmp_path):
     drafter = tiny_drafter(target, seed=11, block_size=8)
-    costs = measured_costs(target, drafter)
-    assert len(costs) == 8 and costs[0] == 1.0 and all(c > 0 for c in costs), \
-        f"cost(n) for n = 0..7 in steps without drafts, cost(0) = 1: got {costs}"
-    assert measured_costs(target, drafter) is costs, "a second call must reuse the table, not time again"
-    sampled = measured_costs(target, drafter, sampled=True)
-    assert len(sampled) == 8 and sampled is not costs, "sampled steps have their own table"
-    assert measured_costs(target, drafter, sampled=True) is sampled, "... measured once too"
-    rows = batch_costs(target, drafter, 4)
-    assert len(rows) == 8 and rows[0] == 1.0, f"the table of a 4-row step: {rows}"
-    assert batch_costs(target, drafter, 1) is costs, "one row of a batch uses batch 1's own table"
+    entry = calibrate(target, drafter, n_calls=3, rows=(1, 2), log=lambda line: None)
+    assert entry["key"] == cost_key(target) and entry["block_size"] == 8, entry["key"]
+    tables = entry["costs"]
+    for table in (tables["greedy"]["1"], tables["greedy"]["2"], tables["sampled"]["1"]):
+        assert len(table) == 8 and table[0] == 1.0 and all(c > 0 for c in table), \
+            f"cost(n) for n = 0..7 in steps without drafts, cost(0) = 1: got {table}"
+    write_costs(tmp_path, entry)
+    write_costs(tmp_path, entry)
+    other = dict(entry, key=dict(entry["key"], threads=entry["key"]["threads"] + 1))
+    write_costs(tmp_path, other)
+    assert [e["key"] for e in read_costs(tmp_path)] == [entry["key"], other["key"]], \
+        "a table replaces the one of its own machine key and sits beside another key's"
 
 
-def test_a_fixed_table_replaces_the_measurement_and_a_seeded_sampled_run_repeats(target):
+def test_the_same_seeded_command_gives_the_same_tokens_and_block_sizes_in_two_processes(smoke_out, tmp_path):
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_out, folder)
+    assert read_costs(folder), "train_tiny.py should have timed the step costs into costs.json"
+    (first, err), (second, _) = decode_in_a_new_process(folder), decode_in_a_new_process(folder)
+    assert first == second, "the same seeded auto run differed between two processes: a decision read a clock"
+    assert decode(folder) == first, "... or between a new process and this one"
+    assert len(set(first["sizes"])) > 1 or first["sizes"][0] > 1, f"auto never drafted: {first['sizes']}"
+    assert "no cost table" not in err, f"a folder with a table must not fall back to the default:\n{err}"
+
+
+def test_a_copied_table_reproduces_the_choices_and_another_table_changes_them(smoke_out, tmp_path):
+    runs = {}
+    for name in ("a", "b"):
+        shutil.copytree(smoke_out, tmp_path / name)
+    entry = read_costs(tmp_path / "a")[0]
+    os.remove(tmp_path / "b" / COSTS)
+    dear = dict(entry, costs={kind: {r: linear_costs(len(t), 3.0, 0.5) for r, t in tables.items()}
+                              for kind, tables in entry["costs"].items()})          # drafting never pays
+    write_costs(tmp_path / "b", dear)
+    shutil.copytree(tmp_path / "a", tmp_path / "c", ignore=shutil.ignore_patterns(COSTS))
+    shutil.copy(tmp_path / "a" / COSTS, tmp_path / "c" / COSTS)             # a table copied to a new folder
+    for name in ("a", "b", "c"):
+        runs[name] = decode(tmp_path / name)
+    assert runs["c"] == runs["a"], "a copied table must reproduce the tokens and block sizes exactly"
+    assert set(runs["b"]["sizes"]) == {1} and runs["b"] != runs["a"], \
+        "control: with a table where drafting never pays, auto must never draft"
+
+
+def test_a_folder_without_a_table_decodes_with_the_default_costs_and_says_so_once(smoke_out, tmp_path):
+    folder = tmp_path / "old"
+    shutil.copytree(smoke_out, folder)
+    os.remove(folder / COSTS)
+    result, err = decode_in_a_new_process(folder)
+    lines = [line for line in err.splitlines() if "no cost table for" in line]
+    assert len(lines) == 1, f"one line, once per process, should say that no table was found:\n{err}"
+    assert "python -m nanodflash.tools.calibrate --out DIR" in lines[0], f"the way out is missing: {lines[0]}"
+    assert decode(folder) == result, "the default costs are a table too: the same seeded run repeats"
+
+
+def test_a_fixed_table_replaces_the_folders_and_the_costs_drive_the_block_sizes(target):
     drafter = tiny_drafter(target, seed=12, block_size=8)
+    assert costs_for(drafter) == default_costs(8), "a drafter without a folder's table takes the default"
     cheap = linear_costs(8, step_cost=1.05, slot_cost=0.0)
     fix_costs(drafter, cheap)
-    assert measured_costs(target, drafter) == cheap, "the fixed table stands in for a measurement"
+    assert costs_for(drafter) == cheap and batch_costs(drafter, 1) == cheap, "the fixed table stands in"
 
     def run():
         g = torch.Generator().manual_seed(5)

@@ -106,7 +106,10 @@ SAMPLING_LR = flag("sampling_lr", 1e-3, floats(0, 1, low_open=True), "sampling d
 SAMPLING_TEMPERATURE = flag("sampling_temperature", 0.7, floats(0, low_open=True), "temperature the sampling "
                             "drafter's continuations are sampled at, as people sample")
 
-# ----------------------------------------------------------------------------- summary
+# ----------------------------------------------------------------------------- step costs and summary
+CALIBRATE_CALLS = flag("calibrate_calls", 21, ints(0, 1001), "timed calls per block size of the step costs "
+                       "block_size=\"auto\" weighs drafts by (costs.json, nanodflash/tools/calibrate.py; the "
+                       "median counts); 0 = no table: auto uses the default costs")
 EVAL_PROMPTS = flag("eval_prompts", 64, ints(1, 10000), "validation prompts of the summary: enough for a τ "
                     "that holds from machine to machine")
 EVAL_NEW_TOKENS = flag("eval_new_tokens", 96, ints(2, 4096), "tokens generated per summary prompt")
@@ -126,4 +129,4 @@ SMOKE = dict(vocab_size=300, n_layer=2, n_embd=32, n_head=2, seq_len=64, target_
              n_seqs=32, prompt_len=8, gen_len=40, draft_steps=30, draft_batch=4, draft_anchors=4,
              target_layer_ids="", block_size=8, sampling_steps=20, sampling_seqs=16, eval_prompts=3,
              eval_new_tokens=24, long_seqs=8, long_gen_len=56, long_batch=2, long_anchors=4,
-             eval_long_prompts=2, eval_long_tokens=56)
+             eval_long_prompts=2, eval_long_tokens=56, calibrate_calls=3)

@@ -45,6 +45,7 @@ class Summary:
     draft_hist: dict = field(default_factory=dict)      # train_drafter's history
     threads: int = 1              # decoding threads, as printed
     sampler: object = None        # the sampling drafter (drafter_sampling.pt): adds the sampled line
+    calibrate_seconds: float = None    # > 0: the seconds the step costs took to time (tools/calibrate.py)
 
     def print(self):
         """Print the summary and return its headline (`headline`'s rows). τ at other block sizes is the
@@ -61,6 +62,9 @@ class Summary:
         print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
         print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
         B = drafter.config.block_size
+        if self.calibrate_seconds:
+            print(f"step costs for block_size=auto: timed in {self.calibrate_seconds:.0f}s into costs.json "
+                  "(python -m nanodflash.tools.calibrate)")
         side_by_side(target, drafter, prompts[:2], self.new_tokens, None, ties=[])          # warm-up
         ties, outs = [], []
         t_plain, t_spec, tau = side_by_side(target, drafter, prompts, self.new_tokens, None, ties=ties,
@@ -107,7 +111,7 @@ def headline(rows):
     ...                                speedup=2.62)}))     # doctest: +NORMALIZE_WHITESPACE
     headline (held-out prompts; speedup over plain decoding of the same prompts):
       greedy  B=16                     tau 5.06 | text 66% repeated | 2.62x | 64 prompts
-      sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes one)
+      sampled: not measured: this run has no drafter tuned for sampled text (train_tiny.py adds it)
     greedy is what the exactness tests decode, and its loops lift tau; sampled is what users decode
     """
     lines = ["headline (held-out prompts; speedup over plain decoding of the same prompts):"]
@@ -116,8 +120,8 @@ def headline(rows):
         lines.append(f"  {name:7} {r['decoding']:24} tau {r['tau']:4.2f} | text {share} repeated | "
                      f"{r['speedup']:.2f}x | {r['prompts']} prompts")
     if "sampled" not in rows:
-        lines.append("  sampled: no sampling drafter in this run (train_tiny.py without --no-sampling makes "
-                     "one)")
+        lines.append("  sampled: not measured: this run has no drafter tuned for sampled text (train_tiny.py "
+                     "adds it)")
     lines.append("greedy is what the exactness tests decode, and its loops lift tau; sampled is what users "
                  "decode" + (": its speedup is the one to expect" if "sampled" in rows else ""))
     return "\n".join(lines)

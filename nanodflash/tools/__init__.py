@@ -3,11 +3,13 @@
     benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
                  (bench_methods.py), printed table (bench_table.py), step costs timed in isolation
                  (draft_costs.py), where τ is lost (lost_tau.py) and measuring helpers (measure.py)
+    step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
+                 run folder's costs.json, the table block_size="auto" decides by (step_costs.py)
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
                  prompt_lookup.py: drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
     traces       trace.py: a run recorded step by step (sample.py --trace); trace_page.py: its HTML page
     course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts
-    flag checks  cli.py: argparse types shared by every script, and the decoding thread count
+    flag checks  cli.py: argparse types shared by every script
 """

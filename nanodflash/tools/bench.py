@@ -51,7 +51,7 @@ from ..checkpoint import load, load_drafter
 from ..repetition import pooled_repetition, repetition
 from ..run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
 from ..speculative import DECODE_THREADS
-from ..step_costs import measured_costs
+from ..step_costs import costs_for
 from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
 from .bench_methods import (
@@ -234,7 +234,7 @@ def main(argv=None, extra=None):
     if main_row is not None:
         print(bench_table.format_ceiling(main_row, by_name["plain greedy"]))
         if policy:
-            print(bench_table.format_policy_costs(policy, measured_costs(target, drafter)))
+            print(bench_table.format_policy_costs(policy, costs_for(drafter)))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
 

@@ -11,7 +11,7 @@ and auto, all greedy; at R = 1 also the batch-1 loop (speculative_generate) at B
 bar. Reported: total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to
 plain at the same R, τ, the batch size at which each block size stops paying (its first R with tokens/s below
 plain's), and whether every greedy output equals plain's. Then the step costs block_size="auto" weighed
-drafts by in this process (step_costs.py, measured on these models at batch_policy.COST_ROWS row counts).
+drafts by (the run folder's table, step_costs.py, at the batch_policy.COST_ROWS row counts).
 """
 
 import argparse
@@ -81,9 +81,9 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
 
 
 def cost_tables(target, drafter):
-    """{rows: [cost(n) for n in 0..B-1]}: the step costs block_size="auto" weighs drafts by on these models,
-    at every row count it measures (batch_policy.COST_ROWS; step_costs.py)."""
-    return {R: batch_costs(target, drafter, R) for R in COST_ROWS}
+    """{rows: [cost(n) for n in 0..B-1]}: the step costs block_size="auto" weighs drafts by (the run folder's
+    table, step_costs.py), at every row count it lists (batch_policy.COST_ROWS)."""
+    return {R: batch_costs(drafter, R) for R in COST_ROWS}
 
 
 def format_costs(tables):

@@ -10,7 +10,7 @@ import torch
 
 from ..sampling import DraftRule
 from ..speculative import generate
-from ..step_costs import median_seconds
+from .calibrate import median_seconds
 from .measure import DraftForwardCounter
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
@@ -58,13 +58,14 @@ def step_costs(target, drafter, prompt, context_len, block_size=16, n=50):
     def plain():
         target(block[:, :1], cache)
         cache.crop(L)
-    return dict(block_size=B, context_len=L, draft_s=median_seconds(draft, device, n),
-                verify_s=median_seconds(verify, device, n), plain_step_s=median_seconds(plain, device, n))
+    s = median_seconds(dict(draft_s=draft, verify_s=verify, plain_step_s=plain), device, n)
+    return dict(block_size=B, context_len=L, **s)
 
 
 def time_draft(drafter, cache, anchor, n_draft, device, n=50):
     """Median seconds of one greedy draft step of n_draft tokens from `cache`."""
-    return median_seconds(lambda: drafter.draft(cache, anchor, n_draft, GREEDY), device, n)
+    seconds = median_seconds({"draft": lambda: drafter.draft(cache, anchor, n_draft, GREEDY)}, device, n)
+    return seconds["draft"]
 
 
 @torch.no_grad()

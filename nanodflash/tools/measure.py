@@ -40,7 +40,6 @@ import torch
 
 from ..data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from ..speculative import generate, speculative_generate
-from ..step_costs import sync
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 
 PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
@@ -117,6 +116,13 @@ def DraftForwardCounter(drafter):
     """Counts drafter forward passes: each pass applies the drafter's final norm exactly once (extend never
     does)."""
     return ForwardCounter(drafter.norm)
+
+
+def sync(device):
+    """Block until the device has run everything queued (CUDA kernels are asynchronous), so a timer sees
+    it finish; nothing to wait for on the CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def interleaved(methods, items, run, device="cpu"):

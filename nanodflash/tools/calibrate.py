@@ -1,0 +1,184 @@
+"""Measure what a speculative step costs on this machine, once, and keep it in the run folder: the table
+block_size="auto" weighs drafts by (nanodflash/step_costs.py). Decoding itself never times anything.
+
+    python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
+    python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
+
+A step is timed as the loops run it: the newly verified positions projected into the drafter's context, one
+drafter pass of n+1 slots (none when n = 0) and one target forward of n+1 tokens per row, after a context of
+CONTEXT tokens. Batch 1 is timed through the path decoder's pieces, greedy and sampled (drawing each draft
+from q, the target's p at every position, the rejection test); 2 to 32 rows through the batched decoder's
+(batch.SpecBatch), greedy. Each is the median of `calls` calls at each of COST_TOKENS block sizes, the sizes
+interleaved call by call, linear in between. train_tiny.py calibrates at its end; costs.json keeps one table
+per machine key (device, dtype, threads, torch version, compile mode), so a folder copied to another machine
+keeps its first machine's table and gets one of its own beside it.
+"""
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+from ..batch import SpecBatch
+from ..batch_policy import COST_ROWS
+from ..checkpoint import load
+from ..run_folder import read_costs, write_costs
+from ..sampling import DraftRule, probs_from_logits
+from ..speculative import DECODE_THREADS
+from ..step_costs import cost_key, describe
+from ..verify import rejection_verify
+from .cli import check_device, ints
+from .measure import sync
+
+CONTEXT = 64                      # tokens of context the timed steps attend to
+COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
+N_CALLS = 21                      # timed calls per block size (the median counts), after one warm-up each
+SAMPLED_T = 0.7                   # sampled steps are timed at this temperature (cost barely moves with it)
+
+
+def median_seconds(steps, device, n=N_CALLS):
+    """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, the steps interleaved call
+    by call (so a slow moment of the machine weighs on all of them alike), after one untimed warm-up call
+    each (allocation, kernel setup)."""
+    times = {name: [] for name in steps}
+    for fn in steps.values():
+        fn()
+    for _ in range(n):
+        for name, fn in steps.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def relative_costs(seconds, max_block_size):
+    """{block size t: seconds} at some t (1 included) -> [cost(n) for n in 0..B-1], cost(n) = seconds at
+    t = n+1 (linear between the timed sizes, the last segment extended) over the seconds at t = 1.
+
+    >>> relative_costs({1: 2.0, 2: 2.5, 4: 3.0}, 5)
+    [1.0, 1.25, 1.375, 1.5, 1.625]
+    """
+    ts = sorted(seconds)
+    out = []
+    for t in range(1, max_block_size + 1):
+        i = max(1, min(len(ts) - 1, sum(x < t for x in ts)))
+        lo, hi = ts[i - 1], ts[i]
+        out.append((seconds[lo] + (seconds[hi] - seconds[lo]) * (t - lo) / (hi - lo)) / seconds[1])
+    return out
+
+
+
+@torch.no_grad()
+def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
+    """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
+    block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
+    drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
+    costs about as much)."""
+    B, ids = drafter.config.block_size, drafter.config.target_layer_ids
+    device = next(target.parameters()).device
+    n = min(CONTEXT, target.config.max_seq_len - B)
+    context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
+    cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B)
+    _, feats = target(context, cache, layer_ids=ids)
+    g = torch.Generator().manual_seed(0)
+    rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
+
+    def step_of(t):
+        def step():
+            dcache.length = n - t                          # the last t context positions, verified anew
+            drafter.extend(dcache, feats[:, n - t:], context[:, n - t:])
+            if t > 1:
+                drafts, q = drafter.draft(dcache, 0, t - 1, rule)   # projects them, then drafts
+            else:
+                drafter.project_context(dcache)            # what the next draft would project first
+            logits, _ = target(context[:, :t], cache, layer_ids=ids)
+            if sampled and t > 1:                          # the verifier's share of a sampled step
+                rejection_verify(drafts, q, probs_from_logits(logits[0].cpu(), SAMPLED_T), g)
+            cache.crop(n)
+        return step
+    return median_seconds({t: step_of(t) for t in COST_TOKENS if t <= B}, device, n_calls)
+
+
+@torch.no_grad()
+def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
+    """{t: seconds of one batched step of `rows` rows with blocks of t tokens} at the COST_TOKENS sizes up to
+    the drafter's block size: draft t-1 tokens per row (none at t = 1), verify t per row, project them into
+    the drafter's context. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are
+    the ones the loop uses."""
+    B = drafter.config.block_size
+    n = min(CONTEXT, target.config.max_seq_len - 2 * B)
+    context = [i % target.config.vocab_size for i in range(n)]
+    batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
+    batch.prefill()
+    batch.context.project_context()                    # the prompts' context, once: a step adds t positions
+    lens, mark = list(batch.cache.lengths), batch.context.mark()
+
+    def step_of(t):
+        block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
+
+        def step():
+            batch.context.rewind(mark)
+            if t > 1:
+                batch.context.draft(batch.anchors(), t, [t] * rows, batch.choose)
+            batch.cache.lengths = list(lens)
+            _, feats = batch.forward(block)
+            batch.context.extend(feats, block, [t] * rows)
+        return step
+    return median_seconds({t: step_of(t) for t in COST_TOKENS if t <= B}, batch.device, n_calls)
+
+
+def processor():
+    """The CPU's model name where the system says it (Linux), else the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown CPU"
+
+
+def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print):
+    """Time the steps and return costs.json's entry for this machine: {key, machine, measured, seconds,
+    block_size, costs: {"greedy": {rows: [cost(n)...]}, "sampled": {"1": [...]}}}."""
+    t0, B = time.perf_counter(), drafter.config.block_size
+    device = next(target.parameters()).device
+    greedy, sampled = {}, {}
+    for R in rows:
+        seconds = (time_single_steps(target, drafter, n_calls) if R == 1
+                   else time_batch_steps(target, drafter, R, n_calls))
+        greedy[str(R)] = relative_costs(seconds, B)
+        log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}: a step with {B - 1} drafts per row costs "
+            f"{greedy[str(R)][-1]:.2f} steps without drafts")
+    sampled["1"] = relative_costs(time_single_steps(target, drafter, n_calls, sampled=True), B)
+    where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
+    return dict(key=cost_key(target), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
+                machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
+                measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="out", help="the run folder (train_tiny.py --out) (default: %(default)s)")
+    p.add_argument("--calls", type=ints(3, 1001), default=N_CALLS, help="timed calls per block size and row "
+                   "count, the median counts (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    args = p.parse_args(argv)
+    check_device(p, args.device)
+    torch.set_num_threads(DECODE_THREADS)              # the threads the decoders run with
+    try:
+        _, target, drafter = load(args.out, args.device)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    entry = calibrate(target, drafter, args.calls)
+    path = write_costs(args.out, entry)
+    print(f"wrote {path}: the step costs of {describe(entry['key'])} on {entry['machine']} "
+          f"({entry['seconds']:.0f} s; {len(read_costs(args.out))} machine key(s) in the file)")
+
+
+if __name__ == "__main__":
+    main()
