@@ -107,7 +107,7 @@ SAMPLING_TEMPERATURE = flag("sampling_temperature", 0.7, floats(0, low_open=True
                             "drafter's continuations are sampled at, as people sample")
 
 # ----------------------------------------------------------------------------- step costs and summary
-CALIBRATE_CALLS = flag("calibrate_calls", 21, ints(0, 1001), "timed calls per block size of the step costs "
+CALIBRATE_CALLS = flag("calibrate_calls", 61, ints(0, 1001), "timed calls per block size of the step costs "
                        "block_size=\"auto\" weighs drafts by (costs.json, nanodflash/tools/calibrate.py; the "
                        "median counts); 0 = no table: auto uses the default costs")
 EVAL_PROMPTS = flag("eval_prompts", 64, ints(1, 10000), "validation prompts of the summary: enough for a τ "
