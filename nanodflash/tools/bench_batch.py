@@ -2,7 +2,7 @@
 run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
-    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs of B=auto
+    python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs B=auto uses
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
 into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up.
@@ -101,8 +101,8 @@ def parse_args(argv=None):
     bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, THREADS)      # --out, --data, --prompts, --seed, ...
     p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated "
                    "(default: %(default)s)")
-    p.add_argument("--costs_only", action="store_true", help="only measure the cost tables of "
-                   "batch_policy.py (batch.py's auto)")
+    p.add_argument("--costs_only", action="store_true", help="only print the step costs batch.py's auto "
+                   "decides by (the run folder's costs.json, python -m nanodflash.tools.calibrate)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     try:
