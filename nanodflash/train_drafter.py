@@ -228,8 +228,8 @@ def slot_accuracy(drafter, seqs, n_anchors=16, min_anchor=0, seed=0, batch_size=
 
 
 def measure_tau(drafter, prompts, max_new_tokens, block_size=None, outputs=None, **kw):
-    """τ of real speculative decoding (greedy unless kw says otherwise) over `prompts`: total emitted tokens /
-    total steps. `outputs`, a list, receives each prompt's tokens (the text τ was measured on)."""
+    """τ of real speculative decoding (greedy unless kw says otherwise) over `prompts`: total emitted
+    tokens / total steps. `outputs`, a list, receives each prompt's tokens (the text τ was measured on)."""
     emitted, steps = 0, 0
     for p in prompts:
         out, st = speculative_generate(drafter.target, drafter, p, max_new_tokens, block_size=block_size,

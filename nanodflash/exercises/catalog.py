@@ -32,8 +32,8 @@ class Exercise:
 
 
 EXERCISES = [
-    Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2–5: draft, verify, accept, "
-             "roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
+    Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2–5: draft, verify, "
+             "accept, roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
              "argmax of the row right after them.",
              (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,

@@ -83,7 +83,7 @@ DRAFT_BATCH = flag("draft_batch", 48, ints(1, 4096), "sequences per drafter step
 DRAFT_ANCHORS = flag("draft_anchors", 4, ints(1, 256), "blocks (random anchors) per sequence per step: few, "
                      "as the attention mask grows with their square")
 DRAFT_LR = flag("draft_lr", 3e-3, floats(0, 1, low_open=True), "drafter peak learning rate")
-DRAFT_EVALS = 2          # held-out checks (slot accuracy, τ) while the drafter trains: halfway and at the end
+DRAFT_EVALS = 2          # held-out checks (slot accuracy, τ) while the drafter trains: halfway, at the end
 LONG_BATCH = flag("long_batch", 8, ints(0, 4096), "long sequences per drafter step: τ late in a long "
                   "generation holds with 8, not 4")
 LONG_ANCHORS = flag("long_anchors", 32, ints(1, 256), "blocks from each long sequence per step: 32 hold τ "

@@ -151,7 +151,7 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         rate = statistics.median(a.pop("rates"))
         bounds = sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
         runs = a.pop("runs")
-        a["repetition"] = pooled_repetition(a.pop("outs"))          # of the text this row's τ was measured on
+        a["repetition"] = pooled_repetition(a.pop("outs"))          # of the text this row's τ came from
         a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # for JSON
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
                          tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),

@@ -1,4 +1,4 @@
-"""Where τ is lost, for the benchmark: how much a better selector could gain, and per-slot sampled acceptance.
+"""Where τ is lost, for the benchmark: what a better selector could gain, and per-slot sampled acceptance.
 
 1. Oracle-selector τ: a DFlash drafter's top-1 is often wrong while the target's token is among its
    top-16 candidates (docs/design.md). `oracle_selector_tau` measures the τ a *perfect* candidate selector
