@@ -71,11 +71,15 @@ def read_run(out_dir):
         return json.load(f)
 
 
+def write_json(path, obj, indent=2):
+    """Write `obj` as JSON to `path.tmp`, then rename: a reader never sees a half-written file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=indent)
+    os.replace(path + ".tmp", path)
+
+
 def write_run(out_dir, record):
-    tmp = os.path.join(out_dir, RUN + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=2)
-    os.replace(tmp, os.path.join(out_dir, RUN))
+    write_json(os.path.join(out_dir, RUN), record)
 
 
 def is_toy_run(out_dir):
@@ -114,7 +118,5 @@ def write_costs(out_dir, entry):
     """Keep `entry` in out_dir's costs.json, in place of an entry of the same machine key. -> the path."""
     entries = [e for e in read_costs(out_dir) if e["key"] != entry["key"]] + [entry]
     path = os.path.join(out_dir, COSTS)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"tables": entries}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, {"tables": entries}, indent=1)
     return path

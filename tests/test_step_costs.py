@@ -22,16 +22,16 @@ from nanodflash.tools.calibrate import calibrate, relative_costs
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 
-# One seeded sampled generation with block_size="auto" from a run folder, printed as JSON: tokens and sizes
+# decode(folder) in a new process, printed as JSON
 DECODE = """
-import json, sys, torch, nanodflash
+import json, sys, torch
+sys.path.insert(0, "tests")
 torch.set_num_threads(1)
-tok, target, drafter = nanodflash.load(sys.argv[1], sampling=True)
-prompt = tok.encode_ordinary("def f(x):\\n    return")
-out, st = nanodflash.speculative_generate(target, drafter, prompt, 40, block_size="auto", temperature=0.7,
-                                          top_p=0.95, generator=torch.Generator().manual_seed(7))
-out2, _ = nanodflash.speculative_generate(target, drafter, prompt, 8, block_size="auto", temperature=0.7)
-print(json.dumps(dict(tokens=out, sizes=st.block_sizes)))
+from test_step_costs import decode
+from nanodflash import load, speculative_generate
+print(json.dumps(decode(sys.argv[1])))
+tok, target, drafter = load(sys.argv[1], sampling=True)            # a second auto run: still one note
+speculative_generate(target, drafter, tok.encode_ordinary("x = 1"), 8, block_size="auto", temperature=0.7)
 """
 
 
@@ -45,10 +45,19 @@ def decode(folder):
     return dict(tokens=out, sizes=st.block_sizes)
 
 
+def with_costs(folder, step_cost, slot_cost):
+    """Replace the tables of folder's costs.json (train_tiny.py timed them on a busy machine, in 3 calls: any
+    shape) by linear_costs(B, step_cost, slot_cost) at every row count, so a test knows what auto weighs."""
+    entry = read_costs(folder)[0]
+    write_costs(folder, dict(entry, costs={kind: {r: linear_costs(len(t), step_cost, slot_cost)
+                                                  for r, t in tables.items()}
+                                           for kind, tables in entry["costs"].items()}))
+
+
 def decode_in_a_new_process(folder):
     r = subprocess.run([sys.executable, "-c", DECODE, str(folder)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, f"the decoding process failed:\n{r.stderr}"
-    return json.loads(r.stdout.splitlines()[-1]), r.stderr
+    return json.loads(r.stdout.splitlines()[0]), r.stderr
 
 
 def test_relative_costs_divide_by_a_step_without_drafts_and_interpolate_between_timed_sizes():
@@ -76,6 +85,7 @@ def test_the_same_seeded_command_gives_the_same_tokens_and_block_sizes_in_two_pr
     folder = tmp_path / "run"
     shutil.copytree(smoke_out, folder)
     assert read_costs(folder), "train_tiny.py should have timed the step costs into costs.json"
+    with_costs(folder, 1.05, 0.0)                                                 # drafting pays
     (first, err), (second, _) = decode_in_a_new_process(folder), decode_in_a_new_process(folder)
     assert first == second, "the same seeded auto run differed between two processes: a decision read a clock"
     assert decode(folder) == first, "... or between a new process and this one"
@@ -87,11 +97,8 @@ def test_a_copied_table_reproduces_the_choices_and_another_table_changes_them(sm
     runs = {}
     for name in ("a", "b"):
         shutil.copytree(smoke_out, tmp_path / name)
-    entry = read_costs(tmp_path / "a")[0]
-    os.remove(tmp_path / "b" / COSTS)
-    dear = dict(entry, costs={kind: {r: linear_costs(len(t), 3.0, 0.5) for r, t in tables.items()}
-                              for kind, tables in entry["costs"].items()})          # drafting never pays
-    write_costs(tmp_path / "b", dear)
+    with_costs(tmp_path / "a", 1.05, 0.0)                                         # drafting pays
+    with_costs(tmp_path / "b", 3.0, 0.5)                                          # drafting never pays
     shutil.copytree(tmp_path / "a", tmp_path / "c", ignore=shutil.ignore_patterns(COSTS))
     shutil.copy(tmp_path / "a" / COSTS, tmp_path / "c" / COSTS)             # a table copied to a new folder
     for name in ("a", "b", "c"):

@@ -69,14 +69,12 @@ class Summary:
         ties, outs = [], []
         t_plain, t_spec, tau = side_by_side(target, drafter, prompts, self.new_tokens, None, ties=ties,
                                             outputs=outs)
+        rows = {"greedy": headline_row(f"B={B}", prompts, tau, outs, t_plain, t_spec)}
         print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f} on text "
               f"{100 * pooled_repetition(outs):.0f}% repeated (tokens closing a 4-gram seen before in it)")
         print(f"greedy speculative == plain greedy on {identical(len(prompts), ties)}")
         print(f"speedup (block_size={B}, {self.new_tokens} new tokens): plain {t_plain:.2f}s vs dflash "
               f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
-        rows = {"greedy": dict(decoding=f"B={B}", prompts=len(prompts), tau=round(tau, 2),
-                               repetition=round(pooled_repetition(outs), 2),
-                               speedup=round(t_plain / t_spec, 2))}
         T, top_p = SAMPLED                                                              # as people sample
         if self.sampler is not None:                                   # sample.py's default: block_size auto
             few, outs = prompts[:SAMPLED_PROMPTS], []
@@ -88,9 +86,7 @@ class Summary:
                   f"{100 * pooled_repetition(outs):.0f}% repeated | plain {t_plain:.2f}s vs "
                   f"dflash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x (python -m nanodflash.tools.bench "
                   "--sampled_only: every sampled row)")
-            rows["sampled"] = dict(decoding=f"T={T} top-p {top_p}, B=auto", prompts=len(few),
-                                   tau=round(tau, 2), repetition=round(pooled_repetition(outs), 2),
-                                   speedup=round(t_plain / t_spec, 2))
+            rows["sampled"] = headline_row(f"T={T} top-p {top_p}, B=auto", few, tau, outs, t_plain, t_spec)
         if self.long_tokens:                                                        # does the speed hold?
             runs, ties = [], []
             t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:self.long_prompts], self.long_tokens,
@@ -101,6 +97,12 @@ class Summary:
                   f"{t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
         print(headline(rows))
         return rows
+
+
+def headline_row(decoding, prompts, tau, outputs, t_plain, t_spec):
+    """One line of the headline, as `headline` prints it and run.json keeps it."""
+    return dict(decoding=decoding, prompts=len(prompts), tau=round(tau, 2),
+                repetition=round(pooled_repetition(outputs), 2), speedup=round(t_plain / t_spec, 2))
 
 
 def headline(rows):
