@@ -86,9 +86,9 @@ def test_the_same_seeded_command_gives_the_same_tokens_and_block_sizes_in_two_pr
     shutil.copytree(smoke_out, folder)
     assert read_costs(folder), "train_tiny.py should have timed the step costs into costs.json"
     with_costs(folder, 1.05, 0.0)                                                 # drafting pays
-    (first, err), (second, _) = decode_in_a_new_process(folder), decode_in_a_new_process(folder)
-    assert first == second, "the same seeded auto run differed between two processes: a decision read a clock"
-    assert decode(folder) == first, "... or between a new process and this one"
+    first, err = decode_in_a_new_process(folder)
+    assert decode(folder) == first, \
+        "the same seeded auto run differed between a new process and this one: a decision read a clock"
     assert len(set(first["sizes"])) > 1 or first["sizes"][0] > 1, f"auto never drafted: {first['sizes']}"
     assert "no cost table" not in err, f"a folder with a table must not fall back to the default:\n{err}"
 

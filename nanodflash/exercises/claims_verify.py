@@ -25,12 +25,12 @@ from .oracle import (
     ALPHA,
     N_OTHER_PATHS,
     N_SAMPLES,
+    batched_counts,
     chi_square_p_value,
     exact_distribution,
     far_apart,
     one_position_p_value,
     rule_counts,
-    speculative_counts,
     tree_counts,
 )
 
@@ -139,14 +139,14 @@ def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule")
                    + (f", top_p={top_p}" if top_p else ""))
         exact = exact_distribution(target, temperature, top_k, top_p)
         with student.installed():
-            counts, lengths = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+            counts, lengths = batched_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
         impossible = [s for s in counts if exact[s] == 0]
         if impossible:
             raise Failed(f"{what} produced {list(impossible[0])} at {setting}, an output the target gives "
                          "probability 0 (a token outside top-k/top-p, or one the target never draws)")
         value = chi_square_p_value(counts, exact, n)
         if value < ALPHA:
-            _, right = speculative_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+            _, right = batched_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
             mine, lib = sum(lengths) / len(lengths), sum(right) / len(right)
             how = ("it keeps more than the exact rule does: a rule that accepts too often fails exactly like "
                    "this"

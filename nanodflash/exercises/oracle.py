@@ -15,6 +15,7 @@ import itertools
 
 import torch
 
+from ..batch import speculative_generate_batch
 from ..sampling import probs_from_logits, sample
 from ..speculative import speculative_generate
 from ..tree import Tree, tree_speculative_generate
@@ -74,6 +75,20 @@ def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, see
         if sizes is not None:
             sizes.update(stats.block_sizes)
     return counts, lengths
+
+
+def batched_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0, block_size=4, n=N_SAMPLES):
+    """speculative_counts' test in one batch of n rows, all from PROMPT: the batched decoder verifies each
+    row with the same rules (speculative.verify_block), so n runs cost a few batched passes instead of n
+    runs' passes. For the exercises, which check a rule, not the path decoder's loop."""
+    g = torch.Generator().manual_seed(seed)
+    outs, stats = speculative_generate_batch(target, drafter, [PROMPT] * n, H, block_size=block_size,
+                                             temperature=temperature, top_k=top_k, top_p=top_p,
+                                             verifier=verifier, generator=g)
+    counts = {}
+    for out in outs:
+        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+    return counts, [a for row in stats.rows for a in row.acceptance_lengths]
 
 
 def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS, draws=None):
