@@ -163,7 +163,13 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     path = tmp_path / "bench.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--json", str(path)],
                extra={other: stand_in})
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    rows = len(json.loads(path.read_text())["rows"])
+    for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens; from the warm-up, expect about ",
+                   "[bench] prompt 1/1, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
+        assert needed in captured.err, f"the progress lines on stderr lack {needed!r}:\n{captured.err}"
+    assert "[bench]" not in out, "progress lines belong on stderr, apart from the table"
     B = min(16, drafter.config.block_size)
     for needed in ("tok/s = median over prompts",
                    "greedy outputs identical to plain greedy on all 1 prompts: yes",

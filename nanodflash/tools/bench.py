@@ -13,15 +13,11 @@ after a warm-up. Reported per row:
                  for speculative rows it is (prefill + steps) / tokens, i.e. about 1/tau
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
     speedup      tok/s over that of the first method at the same temperature (plain decoding)
-Rows: plain greedy; the drafter of out/drafter.pt, named by its kind ("dflash greedy B=4/8/16/auto", or
-"dflash2 ..." for a DFlash 2 drafter; B=auto: block_policy.py picks each step's block size); `prompt lookup
-k=4/10` (n-gram copying, no model: baselines.PromptLookupDrafter), always; with the drafters
-`python -m nanodflash.tools.baselines` trains, "ar k=3/7/15" and "dflash no-features"; with any other
-DFlash-style drafter of kind K passed in, "K greedy B=8/16"; then T=1 with each verifier; then T=0.7 top-p
-0.95 (how people sample): plain, and each DFlash-style drafter with each verifier (sampled rows at B=4, the
-drafter's B and B=auto); at both temperatures, sampled trees of 4 and 8 nodes (sampled_tree.py). When the
-run made a sampling drafter (drafter_sampling.pt), its T=1 and T=0.7 rows follow the main drafter's
-("dflash2-sampling ...").
+Rows (bench_methods.default_methods): plain greedy; the drafter's greedy rows at B=4/8/16 and B=auto
+(block_policy.py); prompt lookup k=4/10; the baselines' and other drafters' rows when present; then T=1 and
+T=0.7 top-p 0.95 (how people sample): plain, each verifier at B=4, the drafter's B and auto, and sampled
+trees of 4 and 8 nodes, for the drafter and for the run's sampling drafter ("K-sampling ...") if it made one.
+Progress goes to stderr as the rows run (an estimate after the warm-up, then prompt k of N with the ETA).
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
                  row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
@@ -76,6 +72,7 @@ from .measure import (
     tau_by_band,
     tau_by_repetition,
 )
+from .progress import Progress, duration, to_stderr
 
 # the methods are importable from here too
 __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method", "dflash_method",
@@ -86,8 +83,9 @@ N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
 ORACLE_TOP_K = 16
 
 def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
-                  warmup=True):
-    """Run every method on every prompt (interleaved); return one row dict per method.
+                  warmup=True, log=None):
+    """Run every method on every prompt (interleaved); return one row dict per method. log(line), when
+    given, gets an estimate after the warm-up and progress lines (prompt, row, elapsed, ETA) as it goes.
 
     Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
     they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s) and, for greedy rows,
@@ -105,14 +103,21 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
     device = next(target.parameters()).device
+    t0, warm_tokens = time.perf_counter(), min(16, max_new_tokens)
     if warmup:                                              # first calls pay for allocation and kernel setup
         for m in methods:
-            m.run(target, drafter, prompts[0], min(16, max_new_tokens), torch.Generator().manual_seed(seed))
+            m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
+    progress = None if log is None else Progress(log, "bench")
+    if progress is not None and warmup:         # a rough scale-up: a prompt costs about its new tokens
+        guess = (time.perf_counter() - t0) * max_new_tokens / warm_tokens * len(prompts)
+        progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
+                     f"warm-up, expect about {duration(guess)} for the rows")
     acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
                         bounds=[], runs=[], outs=[], by_prompt=[],
                         matches_plain=True if m.temperature == 0 else None)
            for m in methods}
     counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
+    calls = 0
 
     def run(m, prompt, i):
         counter.n = 0
@@ -121,6 +126,9 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     try:
         for i, m, (tokens, stats), dt in interleaved(methods, prompts, run, device):
             a, steps = acc[m.name], len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
+            calls += 1
+            if progress is not None:
+                progress.done(calls, len(methods) * len(prompts), f"prompt {i + 1}/{len(prompts)}, {m.name}")
             outputs[i][m.name] = tokens
             a["outs"].append(tokens)
             a["tokens"] += len(tokens)
@@ -209,7 +217,8 @@ def main(argv=None, extra=None):
         extra = {} if args.greedy_only or args.sampled_only else extra
         methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
                                   sampled_only=args.sampled_only)
-        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed)
+        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
+                             log=to_stderr)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -246,16 +255,19 @@ def main(argv=None, extra=None):
         T, p = SAMPLED
         acceptance = {}
         for name, d in sampling_drafters(drafter, sampler).items():
+            to_stderr(f"[bench] slot acceptance of {name}: {len(prompts)} more sampled decodes")
             acceptance[name] = lost_tau.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
                                                         args.seed)
             print("\n" + lost_tau.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
     if not args.greedy_only and not args.sampled_only:
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
+        to_stderr(f"[bench] oracle selector τ of {', '.join(family)}: {len(prompts)} prompts each")
         text, oracles = lost_tau.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
                                                 ORACLE_TOP_K)
         print("\n" + text)
 
     # step costs in isolation, and one draft step per DFlash-style drafter
+    to_stderr(f"[bench] step costs: {N_TIMED_CALLS} timed calls per step")
     costs = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2,
                                 n=N_TIMED_CALLS)
     B, ms = costs["block_size"], {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
