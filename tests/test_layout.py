@@ -121,3 +121,10 @@ def test_notebooks_import_the_installed_package_without_editing_sys_path():
     for path in [ROOT / "notebooks" / "_setup.py", *sorted((ROOT / "notebooks").glob("*.ipynb"))]:
         assert "sys.path" not in path.read_text(), \
             f"{path.relative_to(ROOT)} edits sys.path: the package is installed (make), import it as it is"
+
+
+def test_the_tools_index_names_every_tool_module():
+    import nanodflash.tools
+    index, folder = nanodflash.tools.__doc__, ROOT / "nanodflash" / "tools"
+    missing = [p.name for p in sorted(folder.glob("*.py")) if p.name != "__init__.py" and p.name not in index]
+    assert not missing, f"nanodflash/tools/__init__.py's index does not name {missing}: say what each is for"

@@ -2,7 +2,8 @@
 
     benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
                  (bench_methods.py), printed table (bench_table.py), step costs timed in isolation
-                 (draft_costs.py), where τ is lost (lost_tau.py) and measuring helpers (measure.py)
+                 (draft_costs.py), where τ is lost (lost_tau.py), measuring helpers (measure.py) and
+                 progress lines on stderr for long runs (progress.py)
     step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
                  run folder's costs.json, the table block_size="auto" decides by (step_costs.py)
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
