@@ -9,8 +9,8 @@ Check: |accepted - expected| <= 5 standard deviations of the count (a correct ru
 import torch
 
 from helpers import tiny_drafter, tiny_target
+from nanodflash.batch import speculative_generate_batch
 from nanodflash.sampling import sample
-from nanodflash.speculative import speculative_generate
 from nanodflash.verify import rejection_verify
 
 P = torch.tensor([0.50, 0.25, 0.15, 0.07, 0.03], dtype=torch.float64)
@@ -56,8 +56,9 @@ def test_accepting_with_probability_p_of_the_draft_fails_the_same_check():
 
 
 def slot1_acceptance_in_the_loop(rule, n_prompts=300):
-    """Run rejection-style speculative decoding on a tiny pair; per step, record sum min(p_1, q_1) of the
-    first draft slot and whether it was accepted. Returns (accepted count, expected count, variance)."""
+    """Run rejection-style speculative decoding on a tiny pair, n_prompts rows of one batch; per step, record
+    sum min(p_1, q_1) of the first draft slot and whether it was accepted. Returns (accepted count, expected
+    count, variance)."""
     target = tiny_target(seed=11, vocab=8, n_layer=1, n_embd=16, n_head=2, n_kv_head=2, head_scale=20.0)
     drafter = tiny_drafter(target, seed=12, block_size=4, n_layer=1)
     got, want, var = 0, 0.0, 0.0
@@ -69,10 +70,9 @@ def slot1_acceptance_in_the_loop(rule, n_prompts=300):
         got, want, var = got + (n_acc > 0), want + a, var + a * (1 - a)
         return n_acc, bonus
     recording.sample_drafts = True
-    g = torch.Generator().manual_seed(3)
-    for i in range(n_prompts):
-        speculative_generate(target, drafter, [i % 8, 1], 6, block_size=4, temperature=0.9, top_p=0.95,
-                             verifier=recording, generator=g)
+    g = torch.Generator().manual_seed(3)           # one batch: each row's steps verified one row at a time
+    speculative_generate_batch(target, drafter, [[i % 8, 1] for i in range(n_prompts)], 6, block_size=4,
+                               temperature=0.9, top_p=0.95, verifier=recording, generator=g)
     return got, want, var
 
 
