@@ -8,6 +8,9 @@ import pytest
 
 from helpers import run_command
 from nanodflash.exercises import BY_NAME, EXERCISES, StudentFileError, load_function, run_checks, skeleton
+from nanodflash.exercises.claims_verify import BLOCKS, SAMPLED
+from nanodflash.exercises.models import soft_pair
+from nanodflash.exercises.oracle import H, batched_counts
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.name)
@@ -80,6 +83,16 @@ WRONG = {
                     return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
             return n, int(sample(target_probs[n], generator))
         """, "a rule that accepts too often fails exactly like this"),
+    # caught at block size 3 only: there the bonus after a full block fits in the H new tokens
+    "rejection_verify: the bonus after a full block from the last draft's row": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] < target_probs[i, d] / draft_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[max(n - 1, 0)], generator))
+        """, "an output the target gives probability 0"),
     "residual_distribution: no clamp at 0": ("residual_distribution", """
         def residual_distribution(p, q):
             r = p - q
@@ -322,3 +335,15 @@ def test_every_exercise_names_a_section_heading_that_exists_in_a_notebook():
     for e in EXERCISES:
         section = re.search(r"'(.+)'", e.notebook).group(1)
         assert section in headings, f"{e.name}: the section {section!r} is no heading of any notebook"
+
+
+def test_the_sampled_block_claims_emit_the_bonus_after_a_fully_accepted_block():
+    target, drafter = soft_pair()
+    for verifier in ("rejection", "match"):
+        for setting in SAMPLED:
+            full = batched_counts(target, drafter, verifier, *setting, block_size=min(BLOCKS), n=200)[2]
+            assert full > 20, f"{verifier} at {setting}: the bonus after a full block of {min(BLOCKS)} was " \
+                              f"drawn {full} times in 200 runs; the claims would hardly test it"
+        full = batched_counts(target, drafter, verifier, *SAMPLED[0], block_size=H, n=200)[2]
+        assert full == 0, f"{verifier}: a block of {H} cannot emit that bonus within {H} tokens, yet " \
+                          f"{full} were counted: the count is wrong"

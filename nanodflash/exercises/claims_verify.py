@@ -4,6 +4,8 @@ what went wrong (check.py). References come from oracle.py and from the library'
 before any swap.
 """
 
+import itertools
+
 import torch
 
 from ..sampled_tree import SampledDraws
@@ -38,6 +40,9 @@ PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]   # the greedy cl
 # sampled claims: (temperature, top_k, top_p); top-k and top-p change the target's p, so a rule that samples
 # the wrong distribution at the bonus or the residual shows
 SAMPLED = [(0.7, None, None), (1.0, 2, None), (1.0, None, 0.8)]
+# their block sizes: 3 fits a whole block and its bonus in the H new tokens, so the bonus after a fully
+# accepted block is drawn; 4 drafts up to the last token
+BLOCKS = (3, 4)
 
 
 def two_ints(result, name):
@@ -134,19 +139,21 @@ def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule")
     """Sampled speculative decoding on the enumerable pair, with the student's piece in place, against the
     exact distribution; the message compares how many drafts it keeps with the library's rule."""
     target, drafter = soft_pair()
-    for temperature, top_k, top_p in configs:
+    for (temperature, top_k, top_p), block in itertools.product(configs, BLOCKS):
         setting = (f"T={temperature}" + (f", top_k={top_k}" if top_k else "")
-                   + (f", top_p={top_p}" if top_p else ""))
+                   + (f", top_p={top_p}" if top_p else "") + f", block size {block}")
         exact = exact_distribution(target, temperature, top_k, top_p)
         with student.installed():
-            counts, lengths = batched_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+            counts, lengths, _ = batched_counts(target, drafter, verifier, temperature, top_k, top_p,
+                                                block_size=block, n=n)
         impossible = [s for s in counts if exact[s] == 0]
         if impossible:
             raise Failed(f"{what} produced {list(impossible[0])} at {setting}, an output the target gives "
                          "probability 0 (a token outside top-k/top-p, or one the target never draws)")
         value = chi_square_p_value(counts, exact, n)
         if value < ALPHA:
-            _, right = batched_counts(target, drafter, verifier, temperature, top_k, top_p, n=n)
+            _, right, _ = batched_counts(target, drafter, verifier, temperature, top_k, top_p,
+                                         block_size=block, n=n)
             mine, lib = sum(lengths) / len(lengths), sum(right) / len(right)
             how = ("it keeps more than the exact rule does: a rule that accepts too often fails exactly like "
                    "this"
@@ -162,13 +169,13 @@ def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule")
 
 def claim_match_decoding_has_exactly_the_targets_distribution(student):
     """sampled decoding with match_verify has exactly the target's distribution (T=0.7; T=1 with top-k,
-    top-p)"""
+    top-p; blocks of 3 and 4)"""
     exactly_p(student, "match")
 
 
 def claim_rejection_decoding_has_exactly_the_targets_distribution(student):
     """sampled decoding with rejection_verify has exactly the target's distribution (T=0.7; T=1 with top-k,
-    top-p)"""
+    top-p; blocks of 3 and 4)"""
     exactly_p(student, "rejection")
 
 

@@ -80,7 +80,9 @@ def speculative_counts(target, drafter, verifier, temperature, top_k, top_p, see
 def batched_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0, block_size=4, n=N_SAMPLES):
     """speculative_counts' test in one batch of n rows, all from PROMPT: the batched decoder verifies each
     row with the same rules (speculative.verify_block), so n runs cost a few batched passes instead of n
-    runs' passes. For the exercises, which check a rule, not the path decoder's loop."""
+    runs' passes. For the exercises, which check a rule, not the path decoder's loop. Also returns how many
+    steps kept every draft AND emitted the bonus after them (only a block that fits before the H-th new
+    token, block_size <= H - 1, can: at block_size = H the bonus falls past the last token)."""
     g = torch.Generator().manual_seed(seed)
     outs, stats = speculative_generate_batch(target, drafter, [PROMPT] * n, H, block_size=block_size,
                                              temperature=temperature, top_k=top_k, top_p=top_p,
@@ -88,7 +90,9 @@ def batched_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0,
     counts = {}
     for out in outs:
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
-    return counts, [a for row in stats.rows for a in row.acceptance_lengths]
+    full = sum(kept == size - 1 and emitted == size for row in stats.rows
+               for size, emitted, kept in zip(row.block_sizes, row.acceptance_lengths, row.accepted_drafts))
+    return counts, [a for row in stats.rows for a in row.acceptance_lengths], full
 
 
 def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PATHS, draws=None):
