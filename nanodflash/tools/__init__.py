@@ -11,6 +11,7 @@
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
     traces       trace.py: a run recorded step by step (sample.py --trace); trace_page.py: its HTML page
-    course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts
+    course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts;
+                 production_map.py: checks docs/production.md's citations of production code
     flag checks  cli.py: argparse types shared by every script
 """
