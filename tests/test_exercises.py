@@ -2,6 +2,7 @@
 really make fail, each with a message that names its symptom; the command line gives one clear line for a
 file it cannot check."""
 
+import re
 import textwrap
 
 import pytest
@@ -231,6 +232,8 @@ def test_list_start_and_check_work_from_any_folder(tmp_path):
                                  cwd=tmp_path)
     assert skeleton_check.returncode == 1 and "FAIL" in skeleton_check.stdout \
         and "NotImplementedError" in skeleton_check.stdout, skeleton_check.stdout
+    assert "python -m nanodflash.exercises hint tree_mask 1" in skeleton_check.stdout, \
+        f"a failed check should say where the hints are:\n{skeleton_check.stdout}"
     first = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "tree_mask.py", "--first",
                         cwd=tmp_path)
     n_claims = len(BY_NAME["tree_mask"].claims)
@@ -239,7 +242,7 @@ def test_list_start_and_check_work_from_any_folder(tmp_path):
         f"--first should stop at the first failure:\n{first.stdout}"
     (tmp_path / "right.py").write_text("from nanodflash.tree import tree_mask\n")
     right = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "right.py", cwd=tmp_path)
-    assert right.returncode == 0 and "FAIL" not in right.stdout, right.stdout
+    assert right.returncode == 0 and "FAIL" not in right.stdout and "hint" not in right.stdout, right.stdout
 
 
 @pytest.mark.parametrize("source,phrase", [
@@ -256,15 +259,35 @@ def test_a_file_that_cannot_be_checked_gets_one_clear_line(tmp_path, source, phr
     assert result.stderr.strip().count("\n") == 0, f"more than one line: {result.stderr}"
 
 
-def test_a_skeleton_has_the_librarys_signature_a_docstring_and_a_todo_but_not_the_answer(tmp_path):
+def copied(e, text):
+    """The sentences (20 characters or more) of e's library docstring that `text` repeats."""
+    flat, doc = " ".join(text.split()), " ".join(e.original().__doc__.split())
+    return [x for x in re.split(r"(?<=[.:;])\s+", doc) if len(x) >= 20 and x in flat]
+
+
+def test_a_skeleton_states_the_contract_and_where_the_hints_are_not_the_librarys_docstring(tmp_path):
     for e in EXERCISES:
         text = skeleton(e)
         path = tmp_path / f"{e.name}.py"
         path.write_text(text)
         fn = load_function(str(path), e.name, e.original())          # loads, with the library's signature
-        assert "TODO" in text and e.original().__doc__.strip().splitlines()[0] in text, e.name
+        assert "TODO" in text and f"python -m nanodflash.exercises hint {e.name} 1" in text, e.name
+        assert not copied(e, text), f"{e.name}'s skeleton repeats the library's docstring: {copied(e, text)}"
+        assert e.todo not in text, f"{e.name}'s skeleton spells out the steps (hint 2)"
         with pytest.raises(NotImplementedError):
             fn(*[None] * fn.__code__.co_argcount)
+        # control: a skeleton that carried the library's docstring would be caught
+        assert copied(e, text + e.original().__doc__), f"{e.name}: the copy check cannot see its docstring"
+
+
+def test_every_exercise_has_three_hint_levels_from_the_command_line():
+    for e in EXERCISES:
+        said = [run_command("-m", "nanodflash.exercises", "hint", e.name, str(level)).stdout
+                for level in (1, 2, 3)]
+        assert all(f"{e.name}, hint {level} of 3: " in out for level, out in zip((1, 2, 3), said)), said
+        assert len({out.split(": ", 1)[1] for out in said}) == 3, f"{e.name}: the three hints must differ"
+    refused = run_command("-m", "nanodflash.exercises", "hint", "tree_mask", "4")
+    assert refused.returncode != 0 and "invalid choice: 4" in refused.stderr, refused.stderr
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):

@@ -1,4 +1,4 @@
-"""python -m nanodflash.exercises [start NAME [FILE] | check NAME FILE]: see __init__.py."""
+"""python -m nanodflash.exercises [start NAME [FILE] | check NAME FILE | hint NAME LEVEL]: see __init__.py."""
 
 import argparse
 import os
@@ -8,6 +8,7 @@ import torch
 
 from .catalog import BY_NAME, EXERCISES, skeleton
 from .check import run_checks
+from .hints import hint
 from .swap import StudentFileError, load_function
 
 
@@ -37,7 +38,11 @@ def check(name, path, first=False):
         sys.exit(f"cannot check {name}: {e}")
     print(f"checking {name} from {path}: {len(exercise.claims)} claims\n")
     results = run_checks(exercise, fn, path, out=sys.stdout, until=(lambda message: True) if first else None)
-    return 0 if all(m is None for _, m in results) else 1
+    if all(m is None for _, m in results):
+        return 0
+    print(f"Hints, one level at a time: python -m nanodflash.exercises hint {name} 1 (the idea), 2 (the "
+          "steps), 3 (nearly the code)")
+    return 1
 
 
 def main(argv=None):
@@ -52,10 +57,16 @@ def main(argv=None):
     c.add_argument("file")
     c.add_argument("--first", action="store_true", help="stop at the first claim that fails (quicker "
                    "feedback while you work; without it every claim runs)")
+    h = sub.add_parser("hint", help="a hint for NAME: LEVEL 1 the idea, 2 the steps, 3 nearly the code")
+    h.add_argument("name", choices=list(BY_NAME), metavar="NAME")
+    h.add_argument("level", type=int, choices=(1, 2, 3), metavar="LEVEL")
     args = p.parse_args(argv)
     torch.set_num_threads(1)                       # tiny models: threads only add overhead
     if args.command is None:
         list_exercises()
+        return 0
+    if args.command == "hint":
+        print(f"{args.name}, hint {args.level} of 3: {hint(BY_NAME[args.name], args.level)}")
         return 0
     if args.command == "start":
         start(args.name, args.file or f"{args.name}.py")

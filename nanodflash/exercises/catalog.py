@@ -1,8 +1,8 @@
 """The exercises: which library function a student writes, where it is taught, and the claims it must meet.
 
 Each exercise is the library's own function: `check` swaps the student's version in wherever the library
-holds it, so the decoders run it. A skeleton is written from the function's real signature and docstring,
-with a TODO that says what to build.
+holds it, so the decoders run it. A skeleton is written from the function's real signature and its contract
+(hints.py: what goes in and out and what it guarantees, not how); the steps are hint 2, asked for.
 """
 
 import importlib
@@ -14,6 +14,7 @@ from . import claims_sampling as cs
 from . import claims_train as ct
 from . import claims_tree as ctree
 from . import claims_verify as cv
+from .hints import CONTRACTS
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Exercise:
     notebook: str          # the notebook and section that teach it
     minutes: int           # a fair time for a first attempt
     what: str              # what you write, in one line
-    todo: str              # the skeleton's TODO: the steps, not the code
+    todo: str              # hint 2: the steps, not the code (hints.py holds hints 1 and 3)
     claims: tuple          # claim functions (claims_*.py)
     imports: str = "import torch"   # the skeleton's imports
 
@@ -45,7 +46,7 @@ EXERCISES = [
              (cv.claim_match_decoding_has_exactly_the_targets_distribution,)),
     Exercise("rejection_verify", "nanodflash.verify",
              "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 25,
-             "sampling, drafts drawn from q: accept with min(1, p/q), else draw from the residual",
+             "sampling, drafts drawn from q: keep as many as possible, exactly the target's distribution",
              "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
              "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
              "the last row of target_probs.",
@@ -55,7 +56,7 @@ EXERCISES = [
              "residual_distribution"),
     Exercise("residual_distribution", "nanodflash.verify",
              "why lossless: 'One position, computed exactly'", 10,
-             "the distribution a rejected draft is replaced from: normalize(max(0, p - q))",
+             "the distribution a rejected draft is replaced from",
              "clamp p - q at 0, divide each row by its sum; where a row's sum is 0 (p == q), return p's row.",
              (cv.claim_residual_is_the_normalized_positive_part_of_p_minus_q,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution)),
@@ -110,8 +111,7 @@ EXERCISES = [
              "import numpy as np\nimport torch"),
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
              "q, and several drafts for one slot'", 25,
-             "several drafts for one position: test each against what the rejected ones left (recursive "
-             "rejection)",
+             "several drafts for one position, tested one after another (recursive rejection)",
              "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
              "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
              (cv.claim_multi_draft_emits_exactly_p, cv.claim_multi_draft_accepts_more_with_more_drafts,
@@ -123,15 +123,15 @@ BY_NAME = {e.name: e for e in EXERCISES}
 
 
 def skeleton(exercise):
-    """The starting file: imports, the real signature and docstring, a TODO, and NotImplementedError."""
+    """The starting file: imports, the real signature, the contract (what, not how), a TODO that says where
+    the hints are, and NotImplementedError."""
     fn = exercise.original()
-    doc = inspect.getdoc(fn) or ""
-    body = "\n".join(("    " + line).rstrip() for line in doc.splitlines())
-    todo = textwrap.fill(exercise.todo, 110, initial_indent="    # ", subsequent_indent="    # ",
-                         break_long_words=False, break_on_hyphens=False)
+    contract = textwrap.dedent(CONTRACTS[exercise.name]).strip()
+    body = "\n".join(("    " + line).rstrip() for line in contract.splitlines())
     header = (f'"""Exercise {exercise.name}: {exercise.what}.\n\nTaught in: {exercise.notebook}.\n'
               f'Check it with: python -m nanodflash.exercises check {exercise.name} THIS_FILE\n"""\n')
     signature = f"def {exercise.name}{inspect.signature(fn)}:"
-    return (f'{header}\n{exercise.imports}\n\n\n{signature}\n    """\n{body}\n    """\n'
-            f'    # TODO: {todo.lstrip()[2:]}\n    raise NotImplementedError\n')
-
+    todo = (f"    # TODO: write it. Stuck? python -m nanodflash.exercises hint {exercise.name} 1 (the "
+            f"idea),\n    # then 2 (the steps), then 3 (nearly the code)\n")
+    return (f'{header}\n{exercise.imports}\n\n\n{signature}\n    """\n{body}\n    """\n{todo}'
+            f'    raise NotImplementedError\n')

@@ -1,0 +1,133 @@
+"""What a student gets besides the claims: each exercise's contract (the skeleton's docstring: what goes in,
+what comes out, what it guarantees and why the library needs it, never how) and three hints, asked for one
+at a time (`python -m nanodflash.exercises hint NAME LEVEL`): 1 the idea, 2 the steps (the catalog's
+`todo`), 3 nearly the code.
+"""
+
+CONTRACTS = {
+    "greedy_verify": """
+    Arguments: draft_tokens, a LongTensor of shape (n,) (n may be 0); target_logits, a tensor of shape
+    (n + 1, V) whose row i holds the target's scores for the token after the anchor and the first i drafts.
+    Returns two Python ints: how many drafts greedy decoding would have produced itself, and the token it
+    produces next. The decoder keeps exactly that many drafts plus that token, so greedy speculative output
+    equals plain greedy output token for token.""",
+    "match_verify": """
+    Arguments: draft_tokens (n,), drafted by argmax; target_probs (n + 1, V), the target's distribution at
+    each of the n + 1 positions; generator, a torch.Generator for every random draw. Returns (kept drafts,
+    next token) as two ints. Guarantee: the tokens the decoder emits have exactly the distribution plain
+    sampling from target_probs would give.""",
+    "rejection_verify": """
+    Arguments: draft_tokens (n,), each a sample of the matching row of draft_probs (n, V) (the drafter's
+    q); target_probs (n + 1, V), the target's p at each position; generator for every random draw. Returns
+    (kept drafts, next token) as two ints. Guarantee: whatever q is, the emitted tokens follow p exactly;
+    the closer q is to p, the more drafts are kept.""",
+    "residual_distribution": """
+    Arguments: p and q, probability tensors of the same shape (..., V), rows summing to 1. Returns a tensor
+    of that shape: per row, the distribution a rejected draft is replaced from, so that accepted and
+    replaced tokens together follow p. Must stay finite when a row of p equals the row of q.""",
+    "probs_from_logits": """
+    Arguments: logits (..., V); temperature (0 means greedy); top_k (None, or how many tokens stay);
+    top_p (None, or the nucleus mass). Returns float64 probabilities of the same shape, each row the
+    distribution plain sampling draws from. The verifiers compare the target's p with the drafter's q,
+    so p must be exactly what plain sampling uses, or decoding is no longer lossless.""",
+    "training_mask": """
+    Arguments: anchors (N, K), the K anchor positions of each of N sequences; seq_len S, the context
+    length; block_size B. Returns a bool tensor (N, K*B, S + K*B): True where a block's query may attend to
+    a key. Keys are the S context positions, then the K blocks' slots. Training runs K blocks per sequence
+    in one pass; each must see what it would see at inference and nothing more.""",
+    "loss_decay_weights": """
+    Arguments: block_size B; gamma (None: the paper's choice for B). Returns a float tensor of shape (B,):
+    the weight of each slot's loss in training. Slot 0 is the anchor (known, never drafted); a draft
+    after a wrong one is never kept, so errors early in the block cost more than late ones.""",
+    "tree_mask": """
+    Argument: parent, a list of N + 1 ints, parent[0] = -1 for the root and parent[i] < i otherwise.
+    Returns a bool tensor (N + 1, N + 1) for the verify pass: row i says which nodes node i may attend to.
+    One target pass then scores every node as if its own branch had been decoded alone.""",
+    "accept_path": """
+    Arguments: tree (a nanodflash.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
+    target's scores at every node; temperature, top_k, top_p and generator as in sampling. Returns (the
+    list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
+    equals plain greedy decoding; sampled, it follows the target's distribution.""",
+    "keep_path": """
+    Arguments: cache, the target's KVCache after a tree pass (node i's keys and values at position
+    start + i); start, the position of the root; path, the kept nodes, root first. Returns nothing: it
+    leaves the cache exactly as a fresh prefill of the prompt and the kept tokens would, so the next step
+    can run as if no tree had been tried.""",
+    "greedy_walk": """
+    Arguments: cand, an (n, K) array of candidate tokens per slot; table, an (n, K, K) array of scores:
+    table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after
+    the anchor). Returns the n chosen tokens. DFlash 2 drafts each slot given the slot before it, which
+    independent per-slot choices cannot.""",
+    "multi_draft_verify": """
+    Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
+    generator for every draw. Returns (the index of the draft that was accepted, or -1 when none was; the
+    token emitted) as two ints. Guarantee: the emitted token follows p exactly, and more drafts make an
+    accepted draft more likely (this is what a sampled tree does at each node).""",
+}
+
+HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalog's `todo`
+    "greedy_verify": (
+        "Greedy decoding would have produced the target's argmax at every position. A draft survives only if"
+        ' it is that argmax, and so do all the drafts before it.',
+        'best = target_logits.argmax(-1); n = 0; while n < len(drafts) and drafts[n] == best[n]: n += 1; '
+        'return n, int(best[n])'),
+    "match_verify": (
+        'Let the target sample its own token at every position; a draft is worth keeping only where the '
+        "target's sample agrees with it. The first disagreement is the target's own sample, so keep it.",
+        'y = sample(target_probs, generator); for i, d in enumerate(drafts): if d != y[i]: return i, y[i]; '
+        'return n, y[n]'),
+    "rejection_verify": (
+        'Accept a draft with probability min(1, p/q): where q over-proposes a token, some of its draws are '
+        'thrown away; the mass thrown away is redrawn from where p exceeds q.',
+        'for i, d in enumerate(drafts): if not u[i] < p[i, d] / q[i, d]: return i, sample(residual(p[i], '
+        'q[i])); return n, sample(p[n])'),
+    "residual_distribution": (
+        'After rejection, the tokens accepted so far follow min(p, q); what is missing to make p is p - '
+        'min(p, q) = max(0, p - q), normalised.',
+        'r = (p - q).clamp_min(0); s = r.sum(-1, keepdim=True); return torch.where(s > 0, r / s, p)'),
+    "probs_from_logits": (
+        "Plain sampling's distribution, in the order the library applies things: temperature first, then the"
+        ' two truncations, then renormalise. T = 0 is the argmax.',
+        'z = logits.double() / T; z[z < kth largest] = -inf; p = softmax(z); sort p descending; keep where '
+        'cumsum - p < top_p; scatter back; p / p.sum(-1, keepdim=True)'),
+    "training_mask": (
+        "Two questions per (query, key): for a context key, is it before this block's anchor? For a block "
+        "key, is it in this query's own block?",
+        'ctx = arange(S) < anchors.repeat_interleave(B, 1)[..., None]; blk = (arange(K*B)//B)[:, None] == '
+        '(arange(K*B)//B)[None]; cat([ctx, blk.expand(N, -1, -1)], -1)'),
+    "loss_decay_weights": (
+        'An exponential decay along the block, starting at 1 for the first drafted slot; the anchor is never'
+        ' drafted, so it weighs nothing.',
+        'k = arange(B); w = exp(-(k - 1) / gamma); w[0] = 0'),
+    "tree_mask": (
+        "A node's branch is the node and its ancestors; the mask is each node's branch, and a node's branch "
+        "is its parent's plus itself.",
+        'm = eye(N + 1, dtype=bool); for i in 1..N: m[i] |= m[parent[i]]'),
+    "accept_path": (
+        'The target picks a token at each node; follow it down the tree as long as some child drafted '
+        "exactly that token. Where none did, the target's token is the bonus.",
+        'node, path = 0, [0]; loop: y = argmax(logits[node]) or sample(probs_from_logits(logits[node], '
+        '...)); if y not in tree.children[node]: return path, y; node = tree.children[node][y]; '
+        'path.append(node)'),
+    "keep_path": (
+        "The kept nodes' keys and values are in the cache already, only at the wrong positions; move them to"
+        ' consecutive positions after start and forget the rest.',
+        'idx = tensor([start + i for i in path]); cache.k[..., start:start + len(path), :] = cache.k[..., '
+        'idx, :] (the same for v); cache.crop(start + len(path))'),
+    "greedy_walk": (
+        "A walk through a table: each slot's choice is a row index for the next slot's lookup.",
+        'i = 0; out = []; for t in range(n): j = argmax(table[t][i]); out.append(cand[t][j]); i = j'),
+    "multi_draft_verify": (
+        'Test the drafts one after another, each against what the rejections so far left of p: the residual '
+        "plays p's role for the next draft.",
+        'r = p; for i, d in enumerate(drafts): if rand() < r[d] / q[d]: return i, d; r = residual(r, q); '
+        'return -1, sample(r)'),
+}
+
+
+def hint(exercise, level):
+    """Hint `level` (1-3) for `exercise` (a catalog.Exercise)."""
+    if level not in (1, 2, 3):
+        raise ValueError(f"hint levels are 1 (the idea), 2 (the steps) and 3 (nearly the code), not {level}")
+    idea, near_code = HINTS[exercise.name]
+    return {1: idea, 2: exercise.todo, 3: near_code}[level]
