@@ -344,6 +344,29 @@ def test_a_claim_that_runs_past_its_time_limit_fails_with_a_clear_message():
     assert message is not None and "took longer than 0.5 s" in message, message
 
 
+def test_a_claim_that_times_out_ends_the_check_and_says_what_was_not_run():
+    import dataclasses
+    import io
+    import time
+
+    def endless(student):
+        """never ends"""
+        while True:
+            time.sleep(0.01)
+
+    ran = []
+
+    def after(student):
+        """would call the same endless function again"""
+        ran.append(True)
+
+    exercise = dataclasses.replace(BY_NAME["tree_mask"], claims=(endless, after, after))
+    out = io.StringIO()
+    results = run_checks(exercise, BY_NAME["tree_mask"].original(), out=out, seconds=0.3)
+    assert len(results) == 1 and not ran, "the claims after a time-out must not run"
+    assert "(2 not run after the time-out)" in out.getvalue(), out.getvalue()
+
+
 def test_every_exercise_names_a_section_heading_that_exists_in_a_notebook():
     import json
     import re

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from .swap import swapped
 
 CLAIM_SECONDS = 60       # a claim running longer fails (an endless loop, or a very slow answer)
+TOO_LONG = "took longer than"   # how a timed-out claim's message starts: the check ends there
 
 
 class Failed(AssertionError):
@@ -79,34 +80,37 @@ def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
     except Failed as e:
         return str(e)
     except TimeLimit:
-        return f"took longer than {seconds} s: does your function loop forever?"
+        return f"{TOO_LONG} {seconds} s: does your function loop forever?"
     except Exception as e:                               # the student's function raised
         return f"your {student.name} raised {type(e).__name__}: {e}{where_it_broke(e, path)}"
 
 
-def run_checks(exercise, fn, path=None, out=None, until=None):
+def run_checks(exercise, fn, path=None, out=None, until=None, seconds=CLAIM_SECONDS):
     """Every claim of `exercise` against `fn`; prints one line per claim to `out` (a file, or None for
     silence) -> [(claim text, None or the failure message)]. until(message): stop after the first failed
-    claim whose message it accepts (`check --first`: any failure), skipping the claims after it."""
+    claim whose message it accepts (`check --first`: any failure), skipping the claims after it. A claim
+    that runs past `seconds` ends the check: the claims after it would call the same function."""
     student = Student(exercise.name, fn, exercise.original())
     results = []
     for claim in exercise.claims:
         t0 = time.perf_counter()
-        message = run_claim(claim, student, path)
+        message = run_claim(claim, student, path, seconds)
         results.append((claim.__doc__, message))
         if out is not None:
             verdict = "PASS" if message is None else "FAIL"
             print(f"{verdict}  {claim.__doc__}  ({time.perf_counter() - t0:.1f} s)", file=out)
             if message is not None:
                 print("      " + message.replace("\n", "\n      "), file=out)
-        if message is not None and until is not None and until(message):
+        if message is not None and (message.startswith(TOO_LONG) or until is not None and until(message)):
             break
     if out is not None:
         failed = sum(m is not None for _, m in results)
         if failed:
             skipped = len(exercise.claims) - len(results)
-            print(f"\n{failed} of {len(results)} claims failed" + (f" ({skipped} not run)" if skipped else "")
-                  + f". Reread: {exercise.notebook}.", file=out)
+            after = " after the time-out" if results[-1][1].startswith(TOO_LONG) else ""
+            print(f"\n{failed} of {len(results)} claims failed"
+                  + (f" ({skipped} not run{after})" if skipped else "") + f". Reread: {exercise.notebook}.",
+                  file=out)
         else:
             print(f"\nAll {len(results)} claims hold: {exercise.name} is right.", file=out)
     return results
