@@ -161,8 +161,8 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     torch.manual_seed(0)
     stand_in = Drafter(drafter.config, target).eval()     # any DFlash-style drafter stands in for the other
     path = tmp_path / "bench.json"
-    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--json", str(path)],
-               extra={other: stand_in})
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--all_rows", "--json",
+                str(path)], extra={other: stand_in})
     captured = capsys.readouterr()
     out = captured.out
     rows = len(json.loads(path.read_text())["rows"])
@@ -423,3 +423,21 @@ def test_terciles_sort_prompts_by_plain_greedy_repetition_and_count_tau_as_the_r
         f"tau per tercile: {t}"
     assert math.isclose(t[2]["speedup"], (45 / 2 + 45 / 1) / 2 / 10.0), f"speedup: median rate / plain's: {t}"
     assert plain["terciles"][0]["tau"] == 1.0, "plain greedy's own tercile tau must be one token per step"
+
+
+def test_bench_runs_the_headline_rows_by_default_and_every_row_with_all_rows(smoke_out, tmp_path, capsys):
+    _, _, drafter = nanodflash.load(str(smoke_out))
+    path = tmp_path / "bench.json"
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--json", str(path)])
+    out = capsys.readouterr().out
+    kind, B = bench.kind_of(drafter), min(16, drafter.config.block_size)
+    names = [r["name"] for r in json.loads(path.read_text())["rows"]]
+    sampled = f"{kind}-sampling T=0.7 p=0.95 rejection"
+    assert names == ["plain greedy", f"{kind} greedy B={B}", "plain T=0.7 p=0.95", f"{sampled} B=4",
+                     f"{sampled} B=auto"], \
+        f"the default rows should answer the greedy and the sampled question only: {names}"
+    assert "oracle-selector tau" not in out and f"per-slot acceptance of '{kind} T=0.7" not in out, \
+        "the oracle and the main drafter's slot section belong to --all_rows"
+    assert f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'" in out, out
+    every = [m.name for m in bench.default_methods(drafter, sampler=drafter)]
+    assert set(names) < set(every), "each headline row is one of --all_rows' rows, named the same"

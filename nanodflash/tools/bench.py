@@ -1,37 +1,31 @@
 """Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one
 process.
 
-    python -m nanodflash.tools.bench --out out [--json bench.json]   # the table, the step costs, the ceiling
+    python -m nanodflash.tools.bench --out out [--json bench.json]   # the headline rows (about 14 min at
+    python -m nanodflash.tools.bench --out out --all_rows            # 64 prompts on 2 cores); every row
     python -m nanodflash.tools.bench --out out --prompts third_party  # on text no built-in corpus contains
-    python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # T=1, T=0.7 top-p 0.95 only
+    python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # every sampled row only
 
-All methods run on the same prompts, interleaved (each prompt: every method, the order rotated per prompt),
-after a warm-up. Reported per row:
-    tau          mean acceptance length = tokens emitted by draft/verify steps / steps
-                 (plain decoding: 1 by definition, one token per target forward)
-    fwd/token    target forward passes per generated token, counted by a hook on target.forward;
-                 for speculative rows it is (prefill + steps) / tokens, i.e. about 1/tau
+All rows run on the same prompts, interleaved (each prompt: every row, the order rotated per prompt), after a
+warm-up; progress goes to stderr (an estimate after the warm-up, then prompt k of N with the ETA). Per row:
+    tau          mean acceptance length = tokens emitted by draft/verify steps / steps (plain: 1)
+    fwd/token    target forward passes per generated token (a hook on target.forward), about 1/tau
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
-    speedup      tok/s over that of the first method at the same temperature (plain decoding)
-Rows (bench_methods.default_methods): plain greedy; the drafter's greedy rows at B=4/8/16 and B=auto
-(block_policy.py); prompt lookup k=4/10; the baselines' and other drafters' rows when present; then T=1 and
-T=0.7 top-p 0.95 (how people sample): plain, each verifier at B=4, the drafter's B and auto, and sampled
-trees of 4 and 8 nodes, for the drafter and for the run's sampling drafter ("K-sampling ...") if it made one.
-Progress goes to stderr as the rows run (an estimate after the warm-up, then prompt k of N with the ETA).
+    speedup      tok/s over that of plain decoding at the same temperature
+Rows: by default bench_methods.headline_methods (plain and the drafter's own B greedy; plain and rejection
+B=4 and auto at T=0.7 top-p 0.95); with --all_rows bench_methods.default_methods (B=4/8/16/auto, prompt
+lookup, baselines and other drafters, T=1, both verifiers, sampled trees, the main and the sampling drafter).
 After the table:
-    ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs: t_plain = the plain
-                 row's seconds per token, t_draft and t_verify per step of the DFlash row (run_benchmark)
+    ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs (run_benchmark)
     step costs   one draft, one verify and one plain step timed in isolation (median of many calls), and
                  one draft step per DFlash-style drafter (e.g. "dflash2 draft step +2% vs dflash")
-    slots        per draft slot of the T=0.7 rejection rows (main drafter, and the sampling drafter if any):
-                 sum min(p, q) = 1 - TV and acceptance
-    oracle tau   per DFlash-style drafter, the τ a perfect selector among its top-16 candidates per slot
-                 would reach (lost_tau.py): how much a better choice of token could still gain
+    slots        per draft slot of the T=0.7 rejection rows: sum min(p, q) = 1 - TV and acceptance
+    oracle tau   (--all_rows) per DFlash-style drafter, the τ a perfect selector among its top-16
+                 candidates per slot would reach (lost_tau.py)
     draft cost   one draft step vs drafted tokens, DFlash vs AR (the paper's Figure 3), when "ar" exists
     and a comparison of the DFlash row's tokens/s with the best AR and the best prompt lookup setting.
 
-`run_benchmark(target, drafter, prompts, methods)` is the importable core; the methods (rows) are in
-bench_methods.py, so another drafter is one more line in `default_methods`.
+`run_benchmark(target, drafter, prompts, methods)` is the importable core; the rows are in bench_methods.py.
 """
 
 import argparse
@@ -56,6 +50,7 @@ from .bench_methods import (
     default_methods,
     dflash_method,
     dflash_style,
+    headline_methods,
     kind_of,
     plain_method,
     prompt_lookup_method,
@@ -183,10 +178,14 @@ def parse_args(argv=None):
                    "0.95) of the drafter sampling decodes with: drafter_sampling.pt where the run made one")
     p.add_argument("--drafters", nargs="+", default=[], metavar="DIR", help="more drafters to compare, each "
                    "DIR's drafter.pt, trained on the same target as --out's (e.g. another recipe): rows "
-                   "named by the folder")
+                   "named by the folder (implies --all_rows)")
+    p.add_argument("--all_rows", action="store_true", help="every row (B=4/8/16/auto, both verifiers, "
+                   "T=1, trees, prompt lookup, other drafters) and every section, not only the headline "
+                   "rows: about ten times as long")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
                    "settings as JSON")
     args = p.parse_args(argv)
+    args.all_rows = args.all_rows or bool(args.drafters)        # drafters asked for by name get their rows
     if args.greedy_only and args.sampled_only:
         p.error("--greedy_only and --sampled_only exclude each other")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
@@ -215,8 +214,11 @@ def main(argv=None, extra=None):
                                        args.data or run_corpus(args.out))
         t0 = time.perf_counter()
         extra = {} if args.greedy_only or args.sampled_only else extra
-        methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
-                                  sampled_only=args.sampled_only)
+        if args.all_rows or args.greedy_only or args.sampled_only:
+            methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
+                                      sampled_only=args.sampled_only)
+        else:
+            methods, extra = headline_methods(drafter, sampler), {}
         rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
                              log=to_stderr)
     except (FileNotFoundError, ValueError) as e:
@@ -254,12 +256,13 @@ def main(argv=None, extra=None):
         # (sum min(p, q) = 1 - TV)
         T, p = SAMPLED
         acceptance = {}
-        for name, d in sampling_drafters(drafter, sampler).items():
+        samplers = sampling_drafters(drafter, sampler)
+        for name, d in samplers.items() if args.all_rows else list(samplers.items())[-1:]:
             to_stderr(f"[bench] slot acceptance of {name}: {len(prompts)} more sampled decodes")
             acceptance[name] = lost_tau.slot_acceptance(target, d, prompts, args.max_new_tokens, T, p,
                                                         args.seed)
             print("\n" + lost_tau.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
-    if not args.greedy_only and not args.sampled_only:
+    if args.all_rows:
         # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
         to_stderr(f"[bench] oracle selector τ of {', '.join(family)}: {len(prompts)} prompts each")
         text, oracles = lost_tau.oracle_section(target, family, prompts, args.max_new_tokens, by_name,

@@ -2,7 +2,8 @@
 temperature.
 
 A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
--> (tokens, SpecStats or None)`; `default_methods` lists the rows `python -m nanodflash.tools.bench` runs.
+-> (tokens, SpecStats or None)`. `headline_methods` lists the rows `python -m nanodflash.tools.bench` runs by
+default, `default_methods` every row (`--all_rows`).
 """
 
 from collections import namedtuple
@@ -138,3 +139,21 @@ def sampled_methods(drafter, samplers, extra=None):
                 methods += [Method(f"{k} {label} sampled tree N={n}", T, sampled_tree_method(n, T, own, p))
                             for n in SAMPLED_TREE_NODES]
     return methods
+
+
+def headline_methods(drafter, sampler=None):
+    """The rows the bench runs by default, each answering one question: plain greedy and the drafter at its
+    own block size (up to 16): what greedy decoding gains; plain T=0.7 top-p 0.95 and the rejection rows at
+    B=4 and B=auto of the drafter sampling decodes with (the sampling drafter where the run made one): what
+    sampling, as people sample, gains. Named as `default_methods` names them; every row takes about ten times
+    as long at 64 prompts (`--all_rows`)."""
+    B, kind = drafter.config.block_size, kind_of(drafter)
+    name, d = list(sampling_drafters(drafter, sampler).items())[-1]
+    own = None if d is drafter else d
+    T, p = SAMPLED
+    label = f"T={T} p={p}"
+    return [Method("plain greedy", 0.0, plain_method(0.0)),
+            Method(f"{kind} greedy B={min(16, B)}", 0.0, dflash_method(min(16, B))),
+            Method(f"plain {label}", T, plain_method(T, p)),
+            *[Method(f"{name} {label} rejection B={b}", T, dflash_method(b, T, "rejection", own, p))
+              for b in (min(SAMPLED_B, B), "auto")]]
