@@ -6,9 +6,10 @@ comparison of a row with the best of some others (`compare`)."""
 def format_table(rows):
     """A line per row; `repeated`: the share of the row's output tokens that close a 4-gram seen before in
     their continuation (repetition.py), the text its τ was measured on."""
-    lines = [f"{'method':<36} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
+    w = max([36] + [len(r["name"]) for r in rows])                    # the longest row name sets the column
+    lines = [f"{'method':<{w}} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
     for r in rows:
-        lines.append(f"{r['name']:<36} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
+        lines.append(f"{r['name']:<{w}} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
                      f"{r['forwards_per_token']:>9.3f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
     return "\n".join(lines)
 
