@@ -94,6 +94,14 @@ WRONG = {
                     return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
             return n, int(sample(target_probs[max(n - 1, 0)], generator))
         """, "an output the target gives probability 0"),
+    "tree_mask: an integer mask, not a boolean one": ("tree_mask", """
+        def tree_mask(parent):
+            n = len(parent)
+            m = torch.eye(n, dtype=torch.long)
+            for i in range(1, n):
+                m[i] |= m[parent[i]]
+            return m
+        """, "after your tree_mask returned a tensor of shape"),
     "residual_distribution: no clamp at 0": ("residual_distribution", """
         def residual_distribution(p, q):
             r = p - q

@@ -9,11 +9,14 @@ the library is itself, which is where the claims compute their references.
 """
 
 import contextlib
+import functools
 import os
 import signal
 import time
 import traceback
 from dataclasses import dataclass
+
+import torch
 
 from .swap import swapped
 
@@ -71,6 +74,47 @@ def where_it_broke(error, path):
     return f" ({os.path.basename(path)}, line {lines[-1].lineno})" if lines else ""
 
 
+def describe(value):
+    """What a returned value is, for a message: 'a tensor of shape (3, 3), dtype torch.int64', '(2, ...)'.
+
+    >>> describe((2, torch.tensor(5)))
+    '(2, a tensor of shape (), dtype torch.int64)'
+    """
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"a {type(value).__module__.split('.')[0]} {type(value).__name__} of shape {value.shape}, " \
+               f"dtype {value.dtype}"
+    text = repr(value)
+    return text if len(text) <= 40 else f"a {type(value).__name__}"
+
+
+def recording(fn):
+    """fn, keeping the value of its last call in .returned (a message can say what it gave the code that
+    then failed)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        wrapper.returned = fn(*args, **kwargs)
+        return wrapper.returned
+    wrapper.returned = NOTHING
+    return wrapper
+
+
+NOTHING = object()      # .returned before any call
+
+
+def outside_message(student, error):
+    """'after your NAME returned <value>, <where> failed: <error>' for an error raised in other code than the
+    student's, after their function returned."""
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    where = f"{frame.name} ({os.path.basename(frame.filename)}, line {frame.lineno})"
+    gave = getattr(student.fn, "returned", NOTHING)
+    what = "" if gave is NOTHING else f" {describe(gave)}"
+    return f"after your {student.name} returned{what}, {where} failed: {type(error).__name__}: {error}"
+
+
 def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
     """None when the claim holds, else the message that says why not."""
     try:
@@ -81,8 +125,11 @@ def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
         return str(e)
     except TimeLimit:
         return f"{TOO_LONG} {seconds} s: does your function loop forever?"
-    except Exception as e:                               # the student's function raised
-        return f"your {student.name} raised {type(e).__name__}: {e}{where_it_broke(e, path)}"
+    except Exception as e:
+        where = where_it_broke(e, path)
+        if path is not None and not where:               # raised after the student's function returned
+            return outside_message(student, e)
+        return f"your {student.name} raised {type(e).__name__}: {e}{where}"
 
 
 def run_checks(exercise, fn, path=None, out=None, until=None, seconds=CLAIM_SECONDS):
@@ -90,7 +137,8 @@ def run_checks(exercise, fn, path=None, out=None, until=None, seconds=CLAIM_SECO
     silence) -> [(claim text, None or the failure message)]. until(message): stop after the first failed
     claim whose message it accepts (`check --first`: any failure), skipping the claims after it. A claim
     that runs past `seconds` ends the check: the claims after it would call the same function."""
-    student = Student(exercise.name, fn, exercise.original())
+    original = exercise.original()
+    student = Student(exercise.name, fn if fn is original else recording(fn), original)
     results = []
     for claim in exercise.claims:
         t0 = time.perf_counter()
