@@ -9,6 +9,7 @@ import pytest
 
 from helpers import run_command
 from nanodflash.exercises import BY_NAME, EXERCISES, StudentFileError, load_function, run_checks, skeleton
+from nanodflash.exercises.check import Failed
 from nanodflash.exercises.claims_verify import BLOCKS, SAMPLED
 from nanodflash.exercises.models import soft_pair
 from nanodflash.exercises.oracle import H, batched_counts
@@ -373,6 +374,23 @@ def test_a_claim_that_times_out_ends_the_check_and_says_what_was_not_run():
     results = run_checks(exercise, BY_NAME["tree_mask"].original(), out=out, seconds=0.3)
     assert len(results) == 1 and not ran, "the claims after a time-out must not run"
     assert "(2 not run after the time-out)" in out.getvalue(), out.getvalue()
+
+
+def test_a_check_whose_last_claim_holds_after_an_earlier_failure_prints_its_summary():
+    import dataclasses
+    import io
+
+    def fails(student):
+        """fails"""
+        raise Failed("wrong on purpose")
+
+    def holds(student):
+        """holds"""
+
+    exercise = dataclasses.replace(BY_NAME["tree_mask"], claims=(fails, holds))
+    out = io.StringIO()
+    run_checks(exercise, BY_NAME["tree_mask"].original(), out=out)
+    assert "1 of 2 claims failed" in out.getvalue(), out.getvalue()
 
 
 def test_every_exercise_names_a_section_heading_that_exists_in_a_notebook():

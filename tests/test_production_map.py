@@ -21,13 +21,13 @@ def test_every_nanodflash_name_the_production_page_cites_exists():
         "\n".join(line for line in lines if line.startswith("MISSING"))
 
 
-def test_the_page_maps_nine_pieces_onto_three_code_bases_with_versions():
+def test_the_page_maps_twelve_pieces_onto_the_five_code_bases_with_versions():
     text = Path(PAGE).read_text(encoding="utf-8")
     ours, theirs = citations(text)
     pieces = re.findall(r"^## ", text, re.M)
     bases = {package for package, _, _, _ in theirs}
-    assert len(pieces) >= 9 and len(ours) >= 9, f"{len(pieces)} pieces, {len(ours)} nanodflash names"
-    assert len(bases & set(CODE_BASES)) >= 3, f"the page cites only {sorted(bases)}"
+    assert len(pieces) == 12 and len(ours) >= 12, f"{len(pieces)} pieces, {len(ours)} nanodflash names"
+    assert bases == set(CODE_BASES), f"the page cites {sorted(bases)}, not {sorted(CODE_BASES)}"
 
 
 def fake_archives(folder):

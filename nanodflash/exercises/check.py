@@ -108,7 +108,9 @@ NOTHING = object()      # .returned before any call
 def outside_message(student, error):
     """'after your NAME returned <value>, <where> failed: <error>' for an error raised in other code than the
     student's, after their function returned."""
-    frame = traceback.extract_tb(error.__traceback__)[-1]
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [f for f in frames if os.sep + "nanodflash" + os.sep in f.filename]
+    frame = (ours or frames)[-1]                          # the library's line, not torch's internals
     where = f"{frame.name} ({os.path.basename(frame.filename)}, line {frame.lineno})"
     gave = getattr(student.fn, "returned", NOTHING)
     what = "" if gave is NOTHING else f" {describe(gave)}"
@@ -117,6 +119,8 @@ def outside_message(student, error):
 
 def run_claim(claim, student, path=None, seconds=CLAIM_SECONDS):
     """None when the claim holds, else the message that says why not."""
+    if hasattr(student.fn, "returned"):
+        student.fn.returned = NOTHING                    # a message names this claim's value, no other's
     try:
         with time_limit(seconds):
             claim(student)
@@ -155,7 +159,8 @@ def run_checks(exercise, fn, path=None, out=None, until=None, seconds=CLAIM_SECO
         failed = sum(m is not None for _, m in results)
         if failed:
             skipped = len(exercise.claims) - len(results)
-            after = " after the time-out" if results[-1][1].startswith(TOO_LONG) else ""
+            last = results[-1][1]
+            after = " after the time-out" if last is not None and last.startswith(TOO_LONG) else ""
             print(f"\n{failed} of {len(results)} claims failed"
                   + (f" ({skipped} not run{after})" if skipped else "") + f". Reread: {exercise.notebook}.",
                   file=out)

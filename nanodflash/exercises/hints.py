@@ -24,11 +24,13 @@ CONTRACTS = {
     "residual_distribution": """
     Arguments: p and q, probability tensors of the same shape (..., V), rows summing to 1. Returns a tensor
     of that shape: per row, the distribution a rejected draft is replaced from, so that accepted and
-    replaced tokens together follow p. Must stay finite when a row of p equals the row of q.""",
+    replaced tokens together follow p. Where a row of p equals the row of q (no rejection can happen there,
+    but rows are computed in batches), that row is p's row, finite.""",
     "probs_from_logits": """
     Arguments: logits (..., V); temperature (0 means greedy); top_k (None, or how many tokens stay);
-    top_p (None, or the nucleus mass). Returns float64 probabilities of the same shape, each row the
-    distribution plain sampling draws from. The verifiers compare the target's p with the drafter's q,
+    top_p (None, or the nucleus mass: a token stays when the mass of the likelier tokens ranked before it
+    is below top_p). Returns float64 probabilities of the same shape, each row the distribution plain
+    sampling draws from. The verifiers compare the target's p with the drafter's q,
     so p must be exactly what plain sampling uses, or decoding is no longer lossless.""",
     "training_mask": """
     Arguments: anchors (N, K), the K anchor positions of each of N sequences; seq_len S, the context
@@ -36,9 +38,10 @@ CONTRACTS = {
     a key. Keys are the S context positions, then the K blocks' slots. Training runs K blocks per sequence
     in one pass; each must see what it would see at inference and nothing more.""",
     "loss_decay_weights": """
-    Arguments: block_size B; gamma (None: the paper's choice for B). Returns a float tensor of shape (B,):
-    the weight of each slot's loss in training. Slot 0 is the anchor (known, never drafted); a draft
-    after a wrong one is never kept, so errors early in the block cost more than late ones.""",
+    Arguments: block_size B; gamma (None: the paper's choice, 7 for B = 16, 5 for 10, 4 for 8, else
+    max(1, B/2)). Returns a float tensor of shape (B,): the weight of each slot's loss in training. Slot 0 is
+    the anchor (known, never drafted); a draft after a wrong one is never kept, so errors early in the block
+    cost more than late ones.""",
     "tree_mask": """
     Argument: parent, a list of N + 1 ints, parent[0] = -1 for the root and parent[i] < i otherwise.
     Returns a bool tensor (N + 1, N + 1) for the verify pass: row i says which nodes node i may attend to.
@@ -54,10 +57,10 @@ CONTRACTS = {
     leaves the cache exactly as a fresh prefill of the prompt and the kept tokens would, so the next step
     can run as if no tree had been tried.""",
     "greedy_walk": """
-    Arguments: cand, an (n, K) array of candidate tokens per slot; table, an (n, K, K) array of scores:
-    table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after
-    the anchor). Returns the n chosen tokens. DFlash 2 drafts each slot given the slot before it, which
-    independent per-slot choices cannot.""",
+    Arguments: cand, an (n, K) LongTensor of candidate tokens per slot; table, an (n, K, K) tensor of scores:
+    table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after the
+    anchor). Returns the n chosen tokens as a LongTensor of shape (n,). DFlash 2 drafts each slot given the
+    slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
     generator for every draw. Returns (the index of the draft that was accepted, or -1 when none was; the
@@ -74,8 +77,8 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
     "match_verify": (
         'Let the target sample its own token at every position; a draft is worth keeping only where the '
         "target's sample agrees with it. The first disagreement is the target's own sample, so keep it.",
-        'y = sample(target_probs, generator); for i, d in enumerate(drafts): if d != y[i]: return i, y[i]; '
-        'return n, y[n]'),
+        'y = sample(target_probs, generator).tolist(); for i, d in enumerate(drafts.tolist()): if d != y[i]: '
+        'return i, y[i]; return n, y[n]  (Python ints, not tensors)'),
     "rejection_verify": (
         'Accept a draft with probability min(1, p/q): where q over-proposes a token, some of its draws are '
         'thrown away; the mass thrown away is redrawn from where p exceeds q.',
@@ -106,9 +109,9 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
     "accept_path": (
         'The target picks a token at each node; follow it down the tree as long as some child drafted '
         "exactly that token. Where none did, the target's token is the bonus.",
-        'node, path = 0, [0]; loop: y = argmax(logits[node]) or sample(probs_from_logits(logits[node], '
-        '...)); if y not in tree.children[node]: return path, y; node = tree.children[node][y]; '
-        'path.append(node)'),
+        'node, path = 0, [0]; loop: y = int(argmax(logits[node])) or int(sample(probs_from_logits('
+        'logits[node], ...))); if y not in tree.children[node]: return path, y; node = '
+        'tree.children[node][y]; path.append(node)  (y an int: the children are keyed by ints)'),
     "keep_path": (
         "The kept nodes' keys and values are in the cache already, only at the wrong positions; move them to"
         ' consecutive positions after start and forget the rest.',
@@ -116,12 +119,13 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
         'idx, :] (the same for v); cache.crop(start + len(path))'),
     "greedy_walk": (
         "A walk through a table: each slot's choice is a row index for the next slot's lookup.",
-        'i = 0; out = []; for t in range(n): j = argmax(table[t][i]); out.append(cand[t][j]); i = j'),
+        'i = 0; out = []; for t in range(n): j = int(table[t][i].argmax()); out.append(int(cand[t][j])); '
+        'i = j; return torch.tensor(out)'),
     "multi_draft_verify": (
         'Test the drafts one after another, each against what the rejections so far left of p: the residual '
         "plays p's role for the next draft.",
-        'r = p; for i, d in enumerate(drafts): if rand() < r[d] / q[d]: return i, d; r = residual(r, q); '
-        'return -1, sample(r)'),
+        'r = p; for i, d in enumerate(drafts.tolist()): if rand() < r[d] / q[d]: return i, d; r = '
+        'residual(r, q); return -1, int(sample(r))'),
 }
 
 

@@ -90,7 +90,7 @@ def batched_counts(target, drafter, verifier, temperature, top_k, top_p, seed=0,
     counts = {}
     for out in outs:
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
-    full = sum(kept == size - 1 and emitted == size for row in stats.rows
+    full = sum(size > 1 and kept == size - 1 and emitted == size for row in stats.rows
                for size, emitted, kept in zip(row.block_sizes, row.acceptance_lengths, row.accepted_drafts))
     return counts, [a for row in stats.rows for a in row.acceptance_lengths], full
 

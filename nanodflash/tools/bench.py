@@ -1,10 +1,10 @@
 """Side-by-side benchmark: plain decoding vs DFlash and its alternatives, on validation prompts, in one
 process.
 
-    python -m nanodflash.tools.bench --out out [--json bench.json]   # the headline rows (about 14 min at
+    python -m nanodflash.tools.bench --out out [--json bench.json]   # the headline rows (about 10 min at
     python -m nanodflash.tools.bench --out out --all_rows            # 64 prompts on 2 cores); every row
     python -m nanodflash.tools.bench --out out --prompts third_party  # on text no built-in corpus contains
-    python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # every sampled row only
+    python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # the sampling drafter's rows
 
 All rows run on the same prompts, interleaved (each prompt: every row, the order rotated per prompt), after a
 warm-up; progress goes to stderr (an estimate after the warm-up, then prompt k of N with the ETA). Per row:

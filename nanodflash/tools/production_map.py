@@ -9,13 +9,14 @@ The page cites in two forms, each between backticks:
     `nanodflash/verify.py:rejection_verify`                           a name in this package
     `vllm==0.34.0:vllm/v1/sample/rejection_sampler.py:RejectionSampler.forward`
                                                                       a path inside a released archive
-A nanodflash name is imported and looked up attribute by attribute. An archive's name is searched in the
-file's text: each dotted part must be defined there (`def part` or `class part`). An archive is a wheel
+A nanodflash name is imported and looked up attribute by attribute. An archive's name must be defined in
+the cited file: `A.b` as a `def b` inside `class A`. An archive is a wheel
 (paths from its root) or an sdist (paths below its top folder). One line per citation; the exit status is
 1 when any is missing.
 """
 
 import argparse
+import ast
 import glob
 import importlib
 import importlib.util
@@ -75,9 +76,28 @@ def archive_files(archive):
 
 
 def defines(text, name):
-    """Whether `text` defines every dotted part of `name` (`def part` or `class part`)."""
-    return all(re.search(rf"^\s*(async\s+def|def|class)\s+{re.escape(part)}\b", text, re.M)
-               for part in name.split("."))
+    """Whether `text` defines `name`: a top-level or nested `def`/`class` for a plain name; for `A.b`, a
+    `def b` (or `class b`) inside the body of `class A` (read with ast; by its lines where ast cannot parse).
+
+    >>> src = "class A:\\n    def f(self):\\n        pass\\n\\ndef g():\\n    pass\\n"
+    >>> defines(src, "A.f"), defines(src, "A.g"), defines(src, "g")
+    (True, False, True)
+    """
+    try:
+        nodes = list(ast.walk(ast.parse(text)))
+    except SyntaxError:
+        return all(re.search(rf"^\s*(async\s+def|def|class)\s+{re.escape(part)}\b", text, re.M)
+                   for part in name.split("."))
+    scopes = [n for n in nodes if isinstance(n, DEFINITIONS)]
+    for part in name.split("."):
+        found = [n for n in scopes if n.name == part]
+        if not found:
+            return False
+        scopes = [c for n in found for c in ast.walk(n) if c is not n and isinstance(c, DEFINITIONS)]
+    return True
+
+
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def find_theirs(files, path, name):
@@ -90,8 +110,9 @@ def find_theirs(files, path, name):
 def in_folder(package, version, folder):
     """The archives of package==version already in `folder` (a wheel's or an sdist's name)."""
     stem = f"{package}_{version}".replace("-", "_").lower()
-    return sorted(f for f in glob.glob(os.path.join(folder, "*")) if f.endswith((".whl", ".tar.gz"))
-                  and os.path.basename(f).replace("-", "_").lower().startswith(stem))
+    names = {f: os.path.basename(f).replace("-", "_").lower() for f in glob.glob(os.path.join(folder, "*"))}
+    return sorted(f for f, n in names.items() if n.endswith((".whl", ".tar.gz"))
+                  and (n.startswith(stem + "_") or n == stem + ".tar.gz"))           # not 0.5.2 for 0.5.23
 
 
 def download(package, version, folder):
