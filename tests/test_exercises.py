@@ -241,8 +241,9 @@ def test_list_start_and_check_work_from_any_folder(tmp_path):
                                  cwd=tmp_path)
     assert skeleton_check.returncode == 1 and "FAIL" in skeleton_check.stdout \
         and "NotImplementedError" in skeleton_check.stdout, skeleton_check.stdout
-    assert "python -m nanodflash.exercises hint tree_mask 1" in skeleton_check.stdout, \
-        f"a failed check should say where the hints are:\n{skeleton_check.stdout}"
+    said, which = skeleton_check.stdout, "hint 1 (the idea) addresses this failure"
+    assert f"{which}: python -m nanodflash.exercises hint tree_mask 1" in said, \
+        f"a failed check should say which hint addresses it:\n{said}"
     first = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "tree_mask.py", "--first",
                         cwd=tmp_path)
     n_claims = len(BY_NAME["tree_mask"].claims)

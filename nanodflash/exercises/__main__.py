@@ -8,7 +8,7 @@ import torch
 
 from .catalog import BY_NAME, EXERCISES, skeleton
 from .check import run_checks
-from .hints import hint
+from .hints import hint, which_hint
 from .swap import StudentFileError, load_function
 
 
@@ -40,8 +40,10 @@ def check(name, path, first=False):
     results = run_checks(exercise, fn, path, out=sys.stdout, until=(lambda message: True) if first else None)
     if all(m is None for _, m in results):
         return 0
-    print(f"Hints, one level at a time: python -m nanodflash.exercises hint {name} 1 (the idea), 2 (the "
-          "steps), 3 (nearly the code)")
+    level, why = which_hint(*next((claim, m) for claim, m in results if m is not None))
+    command = f": python -m nanodflash.exercises hint {name} {level}" if level else ""
+    print(f"The first failure: {why}{command}.\nHints, one level at a time: python -m nanodflash.exercises "
+          f"hint {name} 1 (the idea), 2 (the steps), 3 (nearly the code)")
     return 1
 
 

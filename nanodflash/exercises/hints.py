@@ -135,3 +135,22 @@ def hint(exercise, level):
         raise ValueError(f"hint levels are 1 (the idea), 2 (the steps) and 3 (nearly the code), not {level}")
     idea, near_code = HINTS[exercise.name]
     return {1: idea, 2: exercise.todo, 3: near_code}[level]
+
+
+def which_hint(claim_text, message):
+    """The hint level that addresses a failed claim, and a line that says so: a function not written yet,
+    or a claim about whole decodings (its text says "decoding"), wants the idea (1); a claim on hand-made
+    cases or a time-out wants the steps (2); an error raised after the function returned is about what it
+    returns, which the contract at the top of the file states.
+
+    >>> which_hint("greedy tree decoding with it is token-identical to plain greedy decoding", "differs")[0]
+    1
+    >>> which_hint("every node sees exactly itself and its ancestors", "node 3 must see [0, 1, 3]")[0]
+    2
+    """
+    if message.startswith("after your "):
+        return None, "what your function returns broke the code after it: reread the contract in its " \
+                     "docstring"
+    if "raised NotImplementedError" in message or "decoding" in claim_text:
+        return 1, "hint 1 (the idea) addresses this failure"
+    return 2, "hint 2 (the steps) addresses this failure"
