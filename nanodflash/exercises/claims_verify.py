@@ -139,10 +139,11 @@ def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule")
     """Sampled speculative decoding on the enumerable pair, with the student's piece in place, against the
     exact distribution; the message compares how many drafts it keeps with the library's rule."""
     target, drafter = soft_pair()
+    exacts = {c: exact_distribution(target, *c) for c in configs}          # one per setting, not per block
     for (temperature, top_k, top_p), block in itertools.product(configs, BLOCKS):
         setting = (f"T={temperature}" + (f", top_k={top_k}" if top_k else "")
                    + (f", top_p={top_p}" if top_p else "") + f", block size {block}")
-        exact = exact_distribution(target, temperature, top_k, top_p)
+        exact = exacts[temperature, top_k, top_p]
         with student.installed():
             counts, lengths, _ = batched_counts(target, drafter, verifier, temperature, top_k, top_p,
                                                 block_size=block, n=n)
