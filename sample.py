@@ -34,9 +34,11 @@ from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import DECODE_THREADS, VERIFIERS, generate, speculative_generate
 from nanodflash.tokenizer import ENDOFTEXT
 from nanodflash.tools import hf
+from nanodflash.tools import race as race_lanes
 from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.measure import greedy_difference, side_by_side
+from nanodflash.tools.race_page import write_race_page
 from nanodflash.tools.trace import TraceRecorder
 from nanodflash.tools.trace_page import write_page
 from nanodflash.tree import tree_speculative_generate
@@ -104,6 +106,9 @@ def parse_args(argv=None):
     a("--plain", action="store_true", help="the text alone: no colours, no markers")
     a("--html", metavar="FILE", default=None, help="also write the run as a page that replays it step by "
       "step (nanodflash/tools/trace_page.py; open it in any browser, offline)")
+    a("--race", metavar="FILE", default=None, help="instead: race plain decoding, the DFlash path and a tree "
+      "(sampled ones with --temperature) on the prompt, each step timed, and write the page that replays "
+      "them side by side, with a what-if panel (nanodflash/tools/race_page.py; --tree sets the tree's nodes)")
     args = p.parse_args(argv)
     check_device(p, args.device)
     return args
@@ -185,6 +190,20 @@ def tree_decoder(tree_nodes):
     return decode
 
 
+def race(args, tok, target, drafter, prompt_ids, chosen):
+    """--race: the lanes timed and recorded (tools/race.py), their summary printed, the page written."""
+    if chosen:
+        print(chosen)
+    print(f"racing plain decoding, the path and a tree: {race_lanes.REPEATS} timed runs each after a "
+          "warm-up, then one recorded ...", file=sys.stderr)
+    recorded = race_lanes.record_race(tok, target, drafter, prompt_ids, args.max_new_tokens,
+                                      args.temperature, args.top_k, args.top_p, block_size=args.block_size,
+                                      tree_nodes=args.tree, seed=args.seed,
+                                      settings=dict(checkpoint=args.out))
+    print(race_lanes.summary(recorded))
+    print(f"wrote {write_race_page(recorded, args.race)}: the race, replayed (open it in a browser)")
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -212,6 +231,8 @@ def main(argv=None):
             chosen, text = None, normalize(tok, args.prompt)          # NFC, where a tokenizer.json says so
             prompt_ids = tok.encode(text, allowed_special={ENDOFTEXT} & tok.special_tokens_set,
                                     disallowed_special=())
+        if args.race:
+            return race(args, tok, target, drafter, prompt_ids, chosen)
         rule = args.verifier if args.tree is None else "recursive rejection (a sampled tree)"
         recorder = (TraceRecorder(tok, drafter, args.temperature, args.top_k, args.top_p, rule)
                     if args.html else None)

@@ -37,6 +37,21 @@ def linear_costs(max_block_size, step_cost, slot_cost):
     return [1.0] + [step_cost * (1 + slot_cost * (n - 1)) for n in range(1, max_block_size)]
 
 
+def expected_tokens(rates):
+    """[E(0), E(1), ..., E(n)] for per-slot rates [a_1, ..., a_n]: E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ...
+    a_k, the tokens a step with k drafts emits on average (bonus included); each E(k) is E(k-1) plus P(the
+    first k drafts are all accepted).
+
+    >>> expected_tokens([0.5, 0.5, 0.5])
+    [1.0, 1.5, 1.75, 1.875]
+    """
+    tokens, survive = [1.0], 1.0
+    for a in rates:
+        survive *= a
+        tokens.append(tokens[-1] + survive)
+    return tokens
+
+
 def block_sizes(block_size, max_block_size, costs=None):
     """The block size of every step, as one object: `next()` before a step,
     `update(n_drafts, n_accepted)` after.
@@ -88,14 +103,8 @@ class AdaptiveBlockSize:
         return rates
 
     def expected_tokens_by_drafts(self):
-        """[E(0), E(1), ..., E(B-1)], E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_n: tokens emitted on average
-        by a step with n drafts (bonus included); each E(n) is E(n-1) plus P(the first n drafts are all
-        accepted)."""
-        tokens, survive = [1.0], 1.0
-        for a in self.rates():
-            survive *= a
-            tokens.append(tokens[-1] + survive)
-        return tokens
+        """[E(0), E(1), ..., E(B-1)] at this generation's rates (expected_tokens)."""
+        return expected_tokens(self.rates())
 
     def expected_tokens(self, n):
         """E(n): tokens emitted on average by a step with n drafts (bonus included)."""

@@ -30,8 +30,9 @@ NO_DRAFTS = torch.zeros(0, dtype=torch.long)
 
 @torch.no_grad()
 def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
-             stop_token_ids=None, generator=None):
-    """Plain decoding with the KV cache: one target forward per generated token."""
+             stop_token_ids=None, generator=None, on_token=None):
+    """Plain decoding with the KV cache: one target forward per generated token. on_token: None, or a callable
+    given each token as soon as it is chosen (tools/race.py notes the time of each)."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     cache = target.new_cache(1, prompt.size(1) + max_new_tokens)     # only what this request needs
@@ -40,6 +41,8 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
     while True:
         token = int(next_token(logits[0, -1].cpu(), temperature, top_k, top_p, generator))
         out.append(token)
+        if on_token is not None:
+            on_token(token)
         if len(out) == max_new_tokens or token in stops:
             return out
         logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)

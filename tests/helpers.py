@@ -6,11 +6,13 @@ import contextlib
 import io
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import traceback
 import warnings
 
+import pytest
 import torch
 
 from nanodflash.exercises.models import (  # noqa: F401 (the suite's models live with the exercises)
@@ -94,3 +96,35 @@ def shared(tmp_path_factory, name):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent                                   # the run's folder, above each worker's own
     return root, FileLock(str(root / f"{name}.lock"))
+
+
+HOW = ("no headless browser: `apt-get install chromium chromium-driver` (Debian) and the test extra's "
+       "selenium run the trace and race pages' browser tests")
+
+
+def browser(width=1200, height=1300):
+    """A headless Chromium driven by selenium, or a skip (a failure where the browser is required)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        selenium = None
+    else:
+        selenium = webdriver
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if selenium is None or chrome is None or driver is None:
+        if os.environ.get("NANODFLASH_BROWSER_REQUIRED"):
+            pytest.fail(HOW)
+        pytest.skip(HOW)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chrome
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def visible(text):
+    """The page's way of showing a token: spaces, tabs and newlines drawn."""
+    return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")

@@ -7,44 +7,11 @@ test skips, saying what to install.
 """
 
 import json
-import os
 import re
-import shutil
 
 import pytest
 
-from helpers import run_command
-
-HOW = ("no headless browser: `apt-get install chromium chromium-driver` (Debian) and the test extra's "
-       "selenium run the trace page's browser test")
-
-
-def browser():
-    """A headless Chromium driven by selenium, or a skip (a failure where the browser is required)."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        selenium = None
-    else:
-        selenium = webdriver
-    chrome = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if selenium is None or chrome is None or driver is None:
-        if os.environ.get("NANODFLASH_BROWSER_REQUIRED"):
-            pytest.fail(HOW)
-        pytest.skip(HOW)
-    options = webdriver.ChromeOptions()
-    options.binary_location = chrome
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1200,1300"):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(driver), options=options)
-
-
-def visible(text):
-    """The page's way of showing a token: spaces, tabs and newlines drawn."""
-    return text.replace(" ", "·").replace("\t", "→").replace("\n", "↵\n")
+from helpers import browser, run_command, visible
 
 
 @pytest.mark.parametrize("flags", [[], ["--temperature", "0.7"], ["--tree", "6"]],

@@ -10,7 +10,9 @@
                  prompt_lookup.py: drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
-    traces       trace.py: a run recorded step by step (sample.py --trace); trace_page.py: its HTML page
+    traces       trace.py: a run recorded step by step (sample.py --html); trace_page.py: its HTML page;
+                 race.py: plain and speculative lanes timed on one prompt (sample.py --race); race_page.py:
+                 their page, which replays them side by side; whatif_panel.py: its what-if panel
     course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts;
                  production_map.py: checks docs/production.md's citations of production code
     flag checks  cli.py: argparse types shared by every script

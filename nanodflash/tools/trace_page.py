@@ -14,22 +14,22 @@ import json
 CSS = """
 .ndf { font: 18px/1.45 system-ui, sans-serif; color: #222; max-width: 1100px; }
 .ndf h2 { font-size: 22px; margin: 4px 0; }
-.ndf .settings { color: #555; font-size: 15px; }
+.ndf .settings { color: #555; font-size: 18px; }
 .ndf .controls { margin: 10px 0; display: flex; gap: 8px; align-items: center; }
 .ndf .controls button { font-size: 18px; padding: 4px 14px; }
 .ndf .controls input[type=range] { flex: 1; }
 .ndf .sentence { font-size: 20px; background: #fff8dc; padding: 8px; border-radius: 6px; }
 .ndf .text { font-family: ui-monospace, monospace; white-space: pre-wrap; border: 1px solid #ccc;
-  padding: 8px; max-height: 320px; overflow: auto; font-size: 17px; }
+  padding: 8px; max-height: 320px; overflow: auto; font-size: 18px; }
 .ndf .tok { border-radius: 3px; padding: 0 1px; }
 .ndf .prompt { color: #777; } .ndf .draft { background: #c8f0c8; } .ndf .target { background: #ffd8a8; }
 .ndf .anchor { outline: 2px solid #1565c0; } .ndf .new { text-decoration: underline; }
 .ndf .ws { color: #aaa; }
-.ndf table { border-collapse: collapse; margin: 8px 0; font-size: 16px; }
+.ndf table { border-collapse: collapse; margin: 8px 0; font-size: 18px; }
 .ndf td, .ndf th { border: 1px solid #ccc; padding: 3px 8px; font-family: ui-monospace, monospace; }
 .ndf .kept { background: #c8f0c8; } .ndf .rejected { background: #ffc9c9; } .ndf .unseen { color: #aaa; }
 .ndf .chosen { font-weight: bold; text-decoration: underline; }
-.ndf .figures { display: flex; gap: 24px; flex-wrap: wrap; font-size: 16px; }
+.ndf .figures { display: flex; gap: 24px; flex-wrap: wrap; font-size: 18px; }
 .ndf .tree div { font-family: ui-monospace, monospace; }
 """
 
@@ -152,6 +152,7 @@ SCRIPT = r"""
     $("play").textContent = "pause";
     timer = setInterval(() => { if (k >= steps.length - 1) $("play").click(); else go(k + 1); }, 900);
   };
+  $("root").goTo = go;                                  // for a page that opens a step (race_page.py)
   $("root").addEventListener("keydown", (e) => {
     if (e.key === "ArrowRight") go(k + 1);
     if (e.key === "ArrowLeft") go(k - 1);
