@@ -8,10 +8,11 @@ page (race_page.py).
 Each lane's clock is its own: the decoders call back as they emit (plain decoding after each token, the
 speculative ones after each step's verification), the callback notes `time.perf_counter()`, and an event is
 (seconds since the decode call began, tokens emitted, how many of them were accepted drafts). A lane ends at
-the seconds its whole call took, as the bench times a run. The lanes run REPEATS times each, interleaved,
-after a warm-up, and the page shows each lane's run of median length (a seeded run emits the same tokens
-every time). Then the speculative lanes run once more with a TraceRecorder, whose step records the page's
-viewer opens; recording is never timed, and its tokens must equal the timed runs' (or this raises).
+the seconds its whole call took, timed by the benchmarks' loop (measure.interleaved): REPEATS runs of each
+lane, interleaved, after a warm-up; the page shows each lane's run of median length (a seeded run emits the
+same tokens every time). Then the speculative lanes run once more with a TraceRecorder, whose step records
+the page's viewer opens; recording is never timed, and its tokens must equal the timed runs' (or this
+raises).
 
 Sampling (temperature > 0): plain sampling, the sampled path (rejection verifier) and a sampled tree; each is
 its own exact sample of the target's distribution, so their texts differ from each other, not their law.
@@ -27,9 +28,10 @@ from ..sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..step_costs import costs_for
 from ..tree import tree_speculative_generate
+from .measure import interleaved
 from .trace import TraceRecorder
 
-REPEATS = 3              # timed runs of each lane, interleaved, after one warm-up each; the median is shown
+REPEATS = 5              # timed runs of each lane, interleaved, after one warm-up each; the median is shown
 TREE_NODES = 16          # draft nodes a step of the greedy tree lane
 SAMPLED_TREE_NODES = 8   # ... of the sampled tree lane
 
@@ -44,13 +46,14 @@ def lanes(drafter, temperature, block_size, tree_nodes):
     return [("plain", "plain sampling" if sampled else "plain decoding", None),
             ("path", f"{kind} path, B {B}",
              lambda *a, **kw: speculative_generate(*a, block_size=block_size, **kw)),
-            ("tree", f"{kind} tree, <= {nodes} nodes",
+            ("tree", f"{kind} tree, ≤ {nodes} nodes",
              lambda *a, **kw: tree_speculative_generate(*a, tree_nodes=nodes,
                                                          draws=SampledDraws() if sampled else None, **kw))]
 
 
-def timed_run(target, drafter, prompt_ids, n, decode, sampling, seed):
-    """One timed decode -> (tokens, events, seconds, stats); events [(t, n_tokens, n_drafted)]."""
+def marked_run(target, drafter, prompt_ids, n, decode, sampling, seed):
+    """One decode, each emission's time noted -> (tokens, events, stats); events [(t, n_tokens, n_drafted)],
+    t in seconds from the call."""
     marks = []
     kw = dict(zip(("temperature", "top_k", "top_p"), sampling), generator=torch.Generator().manual_seed(seed))
     t0 = time.perf_counter()
@@ -64,8 +67,11 @@ def timed_run(target, drafter, prompt_ids, n, decode, sampling, seed):
                                                                min(r.accepted, len(r.new)))))
         # the prefill's token, at the end of the prefill (the decoder's timer)
         marks.insert(0, (t0 + stats.prefill_time, 1, 0))
-    seconds = time.perf_counter() - t0
-    return tokens, [(t - t0, k, d) for t, k, d in marks], seconds, stats
+    return tokens, [(t - t0, k, d) for t, k, d in marks], stats
+
+
+def device(target):
+    return next(target.parameters()).device
 
 
 def per_slot_rates(acceptance, block_size):
@@ -86,18 +92,19 @@ def record_race(tok, target, drafter, prompt_ids, max_new_tokens, temperature=0.
     what-if panel's starting point (per-slot rates and costs)."""
     sampling = (temperature, top_k, top_p)
     spec = lanes(drafter, temperature, block_size, tree_nodes)
-    runs = {key: [] for key, _, _ in spec}
-    for r in range(repeats + 1):                                # run 0: the warm-up, not kept
-        for key, _, decode in spec:
-            run = timed_run(target, drafter, prompt_ids, max_new_tokens, decode, sampling, seed)
-            if r:
-                runs[key].append(run)
+    runs, decoders = {key: [] for key, _, _ in spec}, {key: decode for key, _, decode in spec}
+
+    def run(key, r, i):
+        return marked_run(target, drafter, prompt_ids, max_new_tokens, decoders[key], sampling, seed)
+    for r, key, result, seconds in interleaved(list(runs), range(repeats + 1), run, device(target)):
+        if r:                                                   # run 0: the warm-up, not kept
+            runs[key].append((*result, seconds))
     out = []
     for key, label, decode in spec:
-        ordered = sorted(runs[key], key=lambda run: run[2])
-        tokens, events, seconds, stats = ordered[len(ordered) // 2]
+        ordered = sorted(runs[key], key=lambda run: run[-1])
+        tokens, events, stats, seconds = ordered[len(ordered) // 2]
         lane = dict(key=key, label=label, output=tokens, events=events, seconds=seconds,
-                    all_seconds=[run[2] for run in runs[key]], repetition=repetition(tokens),
+                    all_seconds=[run[-1] for run in runs[key]], repetition=repetition(tokens),
                     forwards=len(tokens) if stats is None else stats.target_forwards,
                     tau=None if stats is None else stats.tau, trace=None)
         if decode is not None:
