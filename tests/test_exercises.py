@@ -204,6 +204,207 @@ WRONG = {
                     return i, d
             return -1, int(sample(residual_distribution(target_probs, draft_probs), generator))
         """, "against the residual the rejection left"),
+    "match_verify: the bonus after a full block from the last draft's row": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            n = draft_tokens.numel()
+            y = sample(target_probs[:n], generator)
+            for i in range(n):
+                if int(draft_tokens[i]) != int(y[i]):
+                    return i, int(y[i])
+            return n, int(sample(target_probs[n - 1], generator))
+        """, "the bonus after a fully accepted block"),
+    "match_verify: one uniform for every draft": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u >= target_probs[i, d]:
+                    rest = target_probs[i].clone()
+                    rest[d] = 0
+                    return i, int(sample(rest / rest.sum(), generator))
+            return draft_tokens.numel(), int(sample(target_probs[-1], generator))
+        """, "kept drafts does not follow row"),
+    "rejection_verify: the residual drawn with the uniform that rejected the draft": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u[i] * draft_probs[i, d] >= target_probs[i, d]:
+                    r = residual_distribution(target_probs[i], draft_probs[i])
+                    return i, min(int(torch.searchsorted(r.cumsum(0), u[i])), r.numel() - 1)
+            return n, int(sample(target_probs[n], generator))
+        """, "draw the residual with fresh randomness"),
+    "rejection_verify: one uniform for every draft": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u * draft_probs[i, d] >= target_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "your samples do not follow the target's distribution"),
+    "residual_distribution: normalised over the whole batch, not row by row": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp_min(0)
+            total = r.sum()
+            return r / total if total > 0 else p
+        """, "normalise each row"),
+    "probs_from_logits: top-p before top-k": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+            probs = torch.softmax(logits / temperature, -1)
+            if top_p is not None:
+                s, i = probs.sort(-1, descending=True)
+                before = s.cumsum(-1) - s
+                s = torch.where(before < top_p, s, torch.zeros_like(s))
+                probs = torch.zeros_like(probs).scatter(-1, i, s)
+                probs = probs / probs.sum(-1, keepdim=True)
+            if top_k is not None:
+                kth = probs.topk(min(top_k, probs.size(-1)), -1).values[..., -1:]
+                probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "You applied top-p before top-k"),
+    "probs_from_logits: top-k dropped when top-p is given": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+            z = logits / temperature
+            if top_k is not None and top_p is None:
+                kth = z.topk(min(top_k, z.size(-1)), -1).values[..., -1:]
+                z = torch.where(z >= kth, z, torch.full_like(z, float('-inf')))
+            probs = torch.softmax(z, -1)
+            if top_p is not None:
+                s, i = probs.sort(-1, descending=True)
+                before = s.cumsum(-1) - s
+                s = torch.where(before < top_p, s, torch.zeros_like(s))
+                probs = torch.zeros_like(probs).scatter(-1, i, s)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "You dropped top-k when top-p is given"),
+    "loss_decay_weights: the default gamma B // 2 at odd block sizes": ("loss_decay_weights", """
+        def loss_decay_weights(block_size, gamma=None):
+            gamma = gamma or {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1, block_size // 2))
+            k = torch.arange(block_size, dtype=torch.float32)
+            return torch.where(k >= 1, torch.exp(-(k - 1) / gamma), torch.zeros(()))
+        """, "gamma = 2.5"),
+    "accept_path: top-p ignored": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            from nanodflash.sampling import probs_from_logits
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, None), generator))
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "outside top-k or top-p"),
+    "accept_path: one uniform for the whole path": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            from nanodflash.sampling import probs_from_logits
+            node, path = 0, [0]
+            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    c = probs_from_logits(logits[node], temperature, top_k, top_p).cumsum(0)
+                    y = min(int(torch.searchsorted(c, torch.tensor(u, dtype=c.dtype))), c.numel() - 1)
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "does not follow the target's p at that node"),
+    "multi_draft_verify: one uniform for every draft": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u * q[d] < r[d]:
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "Each draft needs its own uniform"),
+    "multi_draft_verify: the last residual from p, not what the rejections left": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u[i] * q[d] < r[d]:
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(residual_distribution(target_probs, q), generator))
+        """, "the emitted tokens do not follow p"),
+    "greedy_walk: the first block's walk for every block": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            n, K = cand.shape[-2:]
+            t, c = table.reshape(-1, n, K, K)[0], cand.reshape(-1, n, K)[0]
+            i, path = 0, []
+            for s in range(n):
+                i = int(t[s, i].argmax())
+                path.append(int(c[s, i]))
+            return torch.tensor(path).expand(cand.shape[:-1]).clone()
+        """, "its own walk"),
+    "greedy_walk: the previous choice read as a column": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            t = table.reshape(-1, n, K, K)
+            c = cand.reshape(-1, n, K)
+            out = []
+            for r in range(t.size(0)):
+                i, path = 0, []
+                for s in range(n):
+                    i = int(t[r, s, :, i].argmax())
+                    path.append(int(c[r, s, i]))
+                out.append(path)
+            return torch.tensor(out).reshape(*lead, n)
+        """, "given the one chosen before it"),
+    "tree_mask: transposed, ancestors see their descendants": ("tree_mask", """
+        def tree_mask(parent):
+            n = len(parent)
+            m = torch.eye(n, dtype=torch.bool)
+            for i in range(n):
+                j = parent[i]
+                while j >= 0:
+                    m[j, i] = True
+                    j = parent[j]
+            return m
+        """, "itself and its ancestors"),
+    "keep_path: the keys moved, the values left": ("keep_path", """
+        def keep_path(cache, start, path):
+            nodes = torch.tensor(path) + start
+            cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]
+            cache.crop(start + len(path))
+        """, "move each kept node's keys/values"),
+    "keep_path: crops one position short": ("keep_path", """
+        def keep_path(cache, start, path):
+            nodes = torch.tensor(path) + start
+            cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]
+            cache.v[:, :, :, start:start + len(path)] = cache.v[:, :, :, nodes]
+            cache.crop(start + len(path) - 1)
+        """, "crop after the kept nodes"),
+    "training_mask: the position before the anchor hidden from its block": ("training_mask", """
+        def training_mask(anchors, seq_len, block_size):
+            N, K = anchors.shape
+            before = (anchors - 1).repeat_interleave(block_size, 1)[:, :, None]
+            ctx = torch.arange(seq_len)[None, None, :] < before
+            blk = torch.arange(K).repeat_interleave(block_size)
+            same = (blk[:, None] == blk[None, :]).expand(N, -1, -1)
+            return torch.cat([ctx, same], -1)
+        """, "it must see all of positions <"),
+    "greedy_verify: keeps a draft in the target's top two": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            top2 = target_logits.topk(2, -1).indices
+            n = 0
+            while n < draft_tokens.numel() and int(draft_tokens[n]) in top2[n].tolist():
+                n += 1
+            return n, int(target_logits[n].argmax())
+        """, "differs from plain greedy decoding"),
 }
 
 

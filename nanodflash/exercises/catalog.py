@@ -10,6 +10,7 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
+from . import claims_block as cb
 from . import claims_sampling as cs
 from . import claims_train as ct
 from . import claims_tree as ctree
@@ -43,7 +44,8 @@ EXERCISES = [
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
              "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
-             (cv.claim_match_decoding_has_exactly_the_targets_distribution,)),
+             (cb.claim_match_step_emits_each_rows_distribution,
+              cv.claim_match_decoding_has_exactly_the_targets_distribution)),
     Exercise("rejection_verify", "nanodflash.verify",
              "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 25,
              "sampling, drafts drawn from q: keep as many as possible, exactly the target's distribution",
@@ -51,6 +53,7 @@ EXERCISES = [
              "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
              "the last row of target_probs.",
              (cv.claim_rejection_accepts_every_draft_when_q_equals_p,
+              cb.claim_rejection_step_emits_each_rows_distribution,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
              "residual_distribution"),
@@ -91,6 +94,7 @@ EXERCISES = [
              "and return (the nodes walked, root first; y).",
              (ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
+              ctree.claim_accept_path_emits_each_nodes_distribution,
               ctree.claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import probs_from_logits, sample"),
     Exercise("keep_path", "nanodflash.tree",
@@ -104,9 +108,10 @@ EXERCISES = [
              "DFlash 2, the selector: '4. The selector's walk, step by step'", 20,
              "DFlash 2's greedy walk through the candidates, one predecessor at a time",
              "start at row 0 of table[0] (after the anchor); at slot t take the candidate with the best "
-             "score in the row of the candidate chosen at slot t-1; return the chosen tokens. The (n, K) "
-             "form is enough here (the library's also takes R blocks at once).",
+             "score in the row of the candidate chosen at slot t-1; return the chosen tokens. With R blocks "
+             "at once, the same walk for each row (a loop over the rows is fine).",
              (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
+              ctree.claim_walk_takes_each_row_of_a_batch_on_its_own,
               ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding),
              "import numpy as np\nimport torch"),
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
@@ -114,7 +119,8 @@ EXERCISES = [
              "several drafts for one position, tested one after another (recursive rejection)",
              "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
              "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
-             (cv.claim_multi_draft_emits_exactly_p, cv.claim_multi_draft_accepts_more_with_more_drafts,
+             (cv.claim_multi_draft_emits_exactly_p, cb.claim_multi_draft_after_a_rejection_emits_the_residual,
+              cv.claim_multi_draft_accepts_more_with_more_drafts,
               cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
              "residual_distribution"),

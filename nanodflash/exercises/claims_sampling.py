@@ -23,6 +23,9 @@ CASES = [
     ([3.0, 2.0, 1.0, 0.0, -1.0], 2.0, None, 0.9),
     ([1.0, 3.0, 2.0, 0.5, 2.5, -1.0], 0.7, 4, 0.8),
     ([1.0, 3.0, 2.0, 0.5, 2.5, -1.0], 1.3, 5, 0.95),
+    # a flat row where the order matters: top-3, then the nucleus, keeps 2 tokens; the nucleus of the whole
+    # row, then top-3, keeps 3; the nucleus alone 4
+    ([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], 1.0, 3, 0.65),
 ]
 
 
@@ -62,6 +65,13 @@ def top_p_first(logits, temperature, top_k, top_p):
                            None)
 
 
+def top_p_before_top_k(logits, temperature, top_k, top_p):
+    """Another: the nucleus of the whole row, then top-k of what it kept."""
+    kept = reference_probs(logits, temperature, None, top_p)
+    return reference_probs([x if p > 0 else -math.inf for x, p in zip(logits, kept)], temperature, top_k,
+                           None)
+
+
 def close(a, b):
     return all(abs(x - y) <= 1e-6 for x, y in zip(a, b))
 
@@ -71,6 +81,12 @@ def diagnose(logits, temperature, top_k, top_p, got):
     if top_p is not None and temperature not in (0, 1) and close(got, top_p_first(logits, temperature, top_k,
                                                                                      top_p)):
         return " You applied top-p before the temperature: divide the logits by T first, then truncate."
+    if top_k is not None and top_p is not None:
+        if close(got, reference_probs(logits, temperature, None, top_p)):
+            return " You dropped top-k when top-p is given: apply both, top-k first."
+        if close(got, top_p_before_top_k(logits, temperature, top_k, top_p)):
+            return (" You applied top-p before top-k: keep the top_k largest first, renormalise, then take "
+                    "the nucleus of what is left.")
     if top_p is not None:
         n_got = sum(p > 1e-12 for p in got)
         n_want = sum(p > 1e-12 for p in reference_probs(logits, temperature, top_k, top_p))

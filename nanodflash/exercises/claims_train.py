@@ -51,7 +51,8 @@ def claim_training_mask_equals_the_plain_loop_reference(student):
             raise Failed(describe_mask_error(anchors, seq_len, B, n, q, j, bool(got[n, q, j])))
 
 
-DECAY_CASES = [(16, None), (16, 7.0), (8, None), (10, None), (12, None), (4, 1.0), (16, 2.0)]
+DECAY_CASES = [(16, None), (16, 7.0), (8, None), (10, None), (12, None), (5, None), (7, None), (4, 1.0),
+               (16, 2.0)]
 
 
 def claim_decay_weights_follow_the_papers_formula(student):

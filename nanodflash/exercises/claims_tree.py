@@ -3,12 +3,13 @@
 import torch
 
 from ..dflash2 import CandidateSelector
+from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
-from ..tree import tree_speculative_generate, verify_tree
+from ..tree import Tree, tree_speculative_generate, verify_tree
 from .check import Failed
 from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
 from .models import tiny_dflash2, tiny_target
-from .oracle import ancestors, random_tree, reference_walk
+from .oracle import ALPHA, ancestors, one_position_p_value, random_tree, reference_walk
 
 
 def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
@@ -64,6 +65,42 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
         if bonus != want_bonus:
             raise Failed(f"the bonus is the target's token at the last accepted node ({want_bonus}); yours "
                          f"{bonus}")
+
+
+def hand_made_tree():
+    """A root with children for tokens 0, 1, 2; node 1 (token 0) with children for 1 and 3; node 2 (token 1)
+    with a child for 0: paths of one to three tokens over 6 tokens, and logits that spread over them."""
+    tree = Tree([5], [-1], [0], [0.0], [{}])
+    for parent, token in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 3), (2, 0)):
+        tree.add(parent, token, 0.0)
+    logits = 1.5 * torch.randn(len(tree), 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    return tree, logits
+
+
+def claim_accept_path_emits_each_nodes_distribution(student):
+    """sampled, on a hand-made tree: the token after each node it reaches follows that node's p (top-k and
+    top-p together)"""
+    tree, logits = hand_made_tree()
+    g = torch.Generator().manual_seed(0)
+    for temperature, top_k, top_p in ((1.0, 4, 0.8), (0.7, None, None)):
+        p = probs_from_logits(logits, temperature, top_k, top_p)                  # (nodes, 6)
+        counts = torch.zeros_like(p)
+        for _ in range(3000):
+            path, bonus = student.fn(tree, logits, temperature, top_k, top_p, g)
+            after = [tree.tokens[n] for n in path[1:]] + [int(bonus)]
+            for node, token in zip(path, after):
+                counts[node, token] += 1
+        setting = f"T={temperature}" + (f", top_k={top_k}, top_p={top_p}" if top_k else "")
+        for node in range(len(tree)):
+            impossible = ((p[node] == 0) & (counts[node] > 0)).nonzero().flatten().tolist()
+            if impossible:
+                raise Failed(f"at {setting}, after node {node} your walk emitted token {impossible[0]}, "
+                             "which the target's p there gives probability 0 (outside top-k or top-p): draw "
+                             "y from probs_from_logits(logits[node], temperature, top_k, top_p)")
+            if counts[node].sum() and one_position_p_value(counts[node], p[node]) < ALPHA:
+                raise Failed(f"at {setting}, the token after node {node} does not follow the target's p at "
+                             "that node: draw one y from p at each node you reach, go to the child with "
+                             "token y, and emit y when there is none")
 
 
 def claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution(student):
@@ -130,6 +167,23 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
                          "each "
                          "slot's best candidate given the one chosen before it, not the best of the slot on "
                          "its own.")
+
+
+def claim_walk_takes_each_row_of_a_batch_on_its_own(student):
+    """R blocks at once, (R, n, K) and (R, n, K, K): each row walks as it would alone"""
+    cases = [sel.transition_table(hidden, logits, anchor=7) for sel, hidden, logits in walk_cases()]
+    cand, table = torch.stack([c for c, _ in cases]), torch.stack([t for _, t in cases])   # (R, n, K), ...
+    want = [reference_walk(sel, hidden, logits, 7) for sel, hidden, logits in walk_cases()]
+    got = student.fn(cand, table)
+    got = got.tolist() if isinstance(got, torch.Tensor) else [list(row) for row in got]
+    if len(got) != len(want):
+        raise Failed(f"for {len(want)} blocks at once it must return {len(want)} rows of tokens; yours has "
+                     f"{len(got)}")
+    for r, (mine, walk) in enumerate(zip(got, want)):
+        if mine != walk:
+            raise Failed(f"row {r} of a batch of {len(want)} blocks: yours {mine}, its own walk {walk}. The "
+                         "decoders walk every row of a batch at once: each row's walk uses its own table "
+                         "only (work along the leading dimensions)")
 
 
 def claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding(student):

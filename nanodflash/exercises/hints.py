@@ -59,8 +59,9 @@ CONTRACTS = {
     "greedy_walk": """
     Arguments: cand, an (n, K) LongTensor of candidate tokens per slot; table, an (n, K, K) tensor of scores:
     table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after the
-    anchor). Returns the n chosen tokens as a LongTensor of shape (n,). DFlash 2 drafts each slot given the
-    slot before it, which independent per-slot choices cannot.""",
+    anchor). Returns the n chosen tokens as a LongTensor of shape (n,). R blocks at once, (R, n, K) and
+    (R, n, K, K), return (R, n), each row walked on its own (the batched decoder walks every row in one call).
+    DFlash 2 drafts each slot given the slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
     generator for every draw. Returns (the index of the draft that was accepted, or -1 when none was; the
@@ -120,7 +121,7 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
     "greedy_walk": (
         "A walk through a table: each slot's choice is a row index for the next slot's lookup.",
         'i = 0; out = []; for t in range(n): j = int(table[t][i].argmax()); out.append(int(cand[t][j])); '
-        'i = j; return torch.tensor(out)'),
+        'i = j; return torch.tensor(out)  (R blocks: this walk for each row, then torch.stack)'),
     "multi_draft_verify": (
         'Test the drafts one after another, each against what the rejections so far left of p: the residual '
         "plays p's role for the next draft.",

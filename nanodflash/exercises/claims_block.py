@@ -1,0 +1,121 @@
+"""Claims on one verification step, with the rule called directly on hand-made distributions: rows of p and q
+that spread over several tokens, differ from row to row and give some tokens probability 0. Decoding the test
+pair (claims_verify.py) checks a rule end to end, but that target is nearly deterministic: a token drawn from
+the wrong row, or with a uniform used twice, barely moves its outputs. Here it does.
+
+Why position by position: whatever the rule, the token a step emits after i kept drafts (a draft it keeps, a
+residual draw or the bonus) must follow row i of p, given that the first i drafts were kept: row i is the
+target's distribution after them. So the emitted tokens are counted per position, over the runs that reached
+it, and each position is tested against its row (a chi-square, as oracle.py's). For a recursive rule over
+several drafts of one position, the same idea one level down: once the first draft is rejected, what the rule
+emits must follow the residual that rejection left.
+"""
+
+import torch
+
+from ..sampling import sample
+from ..verify import residual_distribution
+from .check import Failed
+from .claims_verify import two_ints
+from .oracle import ALPHA, one_position_p_value
+
+V = 6               # tokens of the hand-made rows
+N_DRAFTS = 2        # drafts per block: rows 0 and 1 test kept drafts and rejections, row 2 the bonus
+N_RUNS = 3000       # steps per pair of rows (position 2 is reached in about a quarter of them)
+
+
+def block_rows(seed):
+    """(p (N_DRAFTS+1, V), q (N_DRAFTS, V)): each row a softmax of 1.5 x a standard normal; each row of p
+    gives two tokens (other ones per row) probability 0, as top-k or top-p would."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(1.5 * torch.randn(N_DRAFTS + 1, V, generator=g, dtype=torch.float64), -1)
+    for i in range(N_DRAFTS + 1):
+        p[i, [(2 * i) % V, (2 * i + 1) % V]] = 0.0
+    p = p / p.sum(-1, keepdim=True)
+    q = torch.softmax(1.5 * torch.randn(N_DRAFTS, V, generator=g, dtype=torch.float64), -1)
+    return p, q
+
+
+def step_counts(student, name, p, q, generator):
+    """(N_DRAFTS+1, V) counts of the token emitted at each position of N_RUNS steps, drafts drawn from q."""
+    counts = torch.zeros(N_DRAFTS + 1, V)
+    for _ in range(N_RUNS):
+        drafts = sample(q, generator)                                          # (N_DRAFTS,)
+        args = (drafts, p, generator) if name == "match_verify" else (drafts, q, p, generator)
+        n_acc, bonus = two_ints(student.fn(*args), name)
+        if not 0 <= n_acc <= N_DRAFTS or not 0 <= bonus < V:
+            raise Failed(f"{name} returned ({n_acc}, {bonus}) for {N_DRAFTS} drafts over {V} tokens")
+        for i, token in enumerate(drafts[:n_acc].tolist() + [bonus]):
+            counts[i, token] += 1
+    return counts
+
+
+def what_goes_wrong(name, i):
+    if i == N_DRAFTS:
+        return ("That token is the bonus after a fully accepted block: it follows the last row of "
+                "target_probs, the target's view after every draft.")
+    if name == "rejection_verify":
+        return ("After i kept drafts it is draft i+1 when kept, else the residual's draw: draw the residual "
+                "with fresh randomness (the uniform that rejected the draft is known to be >= p/q, so it is "
+                "no longer uniform), and give each draft its own uniform.")
+    return "After i kept drafts it is draft i+1 when the target's own draw y_i equals it, else y_i."
+
+
+def chain(student, name):
+    g = torch.Generator().manual_seed(0)
+    for seed in (0, 1):
+        p, q = block_rows(seed)
+        counts = step_counts(student, name, p, q, g)
+        for i in range(N_DRAFTS + 1):
+            impossible = ((p[i] == 0) & (counts[i] > 0)).nonzero().flatten().tolist()
+            if impossible:
+                raise Failed(f"after {i} kept drafts your rule emitted token {impossible[0]}, which row {i} "
+                             f"of target_probs gives probability 0 (an output the target never produces). "
+                             + what_goes_wrong(name, i))
+            value = one_position_p_value(counts[i], p[i])
+            if value < ALPHA:
+                got = (counts[i] / counts[i].sum()).tolist()
+                raise Failed(f"the token emitted after {i} kept drafts does not follow row {i} of "
+                             f"target_probs: chi-square p = {value:.1e} over {int(counts[i].sum())} steps "
+                             f"that reached it (rows spread over {V} tokens; a correct rule fails with "
+                             f"probability 1e-4); yours [{', '.join(f'{x:.2f}' for x in got)}], row {i} "
+                             f"[{', '.join(f'{x:.2f}' for x in p[i].tolist())}]. " + what_goes_wrong(name, i))
+
+
+def claim_match_step_emits_each_rows_distribution(student):
+    """one step on hand-made rows: the token after i kept drafts follows row i of p (the bonus too)"""
+    chain(student, "match_verify")
+
+
+def claim_rejection_step_emits_each_rows_distribution(student):
+    """one step on hand-made rows: the token after i kept drafts follows row i of p (residuals, the bonus)"""
+    chain(student, "rejection_verify")
+
+
+def after_first_rejection(rule, p, q, k, n, seed):
+    """Counts (V,) of the token a one-position rule emits in the runs where it rejected its first draft."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(p.numel())
+    for _ in range(n):
+        index, token = rule(sample(q.expand(k, -1), g), q, p, g)
+        if index != 0:
+            counts[token] += 1
+    return counts
+
+
+def claim_multi_draft_after_a_rejection_emits_the_residual(student):
+    """once its first draft is rejected, what it emits follows the residual that rejection left"""
+    # q puts most mass where p has little, and the residual's ratio r/q at token 1 lies between 0 and 1:
+    # the second test is a real coin, not a sure accept or reject
+    p = torch.tensor([0.30, 0.35, 0.35, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.55, 0.30, 0.10, 0.05], dtype=torch.float64)
+    r = residual_distribution(p, q)
+    for k in (2, 4):
+        counts = after_first_rejection(student.fn, p, q, k, 3000, seed=k)
+        value = one_position_p_value(counts, r)
+        if value < ALPHA:
+            raise Failed(f"with {k} drafts, in the runs whose first draft was rejected, the emitted tokens "
+                         f"do not follow the residual normalize(max(0, p - q)): chi-square p = {value:.1e} "
+                         f"over {int(counts.sum())} runs. Each draft needs its own uniform: the one that "
+                         "rejected the first draft is known to be large, so reusing it rejects the next too "
+                         "often.")
