@@ -137,8 +137,9 @@ def test_the_race_page_plays_to_the_end_opens_steps_and_computes_the_panel_as_py
             move(name, value)
         by_id("wi-curve").click()
         check("ticking the run's rates")
-        move("preset", "measured", "change")
-        assert abs(float(by_id("wi-step").get_attribute("value")) - whatif["measured"][0]) < 1e-9, \
-            "the measured preset did not set the step cost"
+        for preset in ("measured", "gpu"):
+            move("preset", preset, "change")
+            assert abs(float(by_id("wi-step").get_attribute("value")) - whatif[preset][0]) < 1e-9, \
+                f"the {preset} preset did not set the step cost"
     finally:
         driver.quit()

@@ -5,7 +5,9 @@
                  (draft_costs.py), where τ is lost (lost_tau.py), measuring helpers (measure.py) and
                  progress lines on stderr for long runs (progress.py)
     step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
-                 run folder's costs.json, the table block_size="auto" decides by (step_costs.py)
+                 run folder's costs.json, the table block_size="auto" decides by (step_costs.py);
+                 cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
+                 fitted here and checked on held-out points, priced on GPUs from datasheets
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
                  prompt_lookup.py: drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;

@@ -28,12 +28,14 @@ from ..sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..step_costs import costs_for
 from ..tree import tree_speculative_generate
+from .cost_model import gpu_costs
 from .measure import interleaved
 from .trace import TraceRecorder
 
 REPEATS = 5              # timed runs of each lane, interleaved, after one warm-up each; the median is shown
 TREE_NODES = 16          # draft nodes a step of the greedy tree lane
 SAMPLED_TREE_NODES = 8   # ... of the sampled tree lane
+GPU = "H200 SXM"         # the what-if panel's GPU preset (cost_model.py: an 8B target, datasheet constants)
 
 
 def lanes(drafter, temperature, block_size, tree_nodes):
@@ -145,7 +147,8 @@ def fit_linear(costs):
 def whatif_start(drafter, lanes_, sampled):
     """The what-if panel's presets: the costs block_size="auto" weighs (the run folder's table, else the
     default), fitted to linear_costs; the path lane's own step cost in plain steps (its mean step against
-    plain decoding's mean token, both measured here) with the same growth per draft; its per-slot rates."""
+    plain decoding's mean token, both measured here) with the same growth per draft; the cost model's GPU
+    step (an 8B target and its drafter on GPU, cost_model.gpu_costs); its per-slot rates."""
     B = drafter.config.block_size
     table = costs_for(drafter, 1, sampled=sampled)
     step, slot = fit_linear(table)
@@ -157,6 +160,7 @@ def whatif_start(drafter, lanes_, sampled):
     measured = per_step / per_token
     return dict(max_block_size=B, table=table, calibrated=[step, slot],
                 measured=[measured / (1 + slot * (max(n, 1) - 1)), slot], measured_drafts=n,
+                gpu=list(fit_linear(gpu_costs(GPU, B))) if B > 1 else [1.0, 0.0],
                 rates=per_slot_rates(path["steps"], B), path_tau=path["tau"], path_speedup=path["speedup"])
 
 

@@ -6,10 +6,11 @@ step's cost move, computed in the page with the formulas block_size="auto" decid
     speedup(n) = E(n) / cost(n)
 
 The acceptance is one rate for every slot (a slider) or the race's own per-slot rates; the costs start from
-a preset: the table auto weighs on this machine (the run folder's costs.json, else the default), or the race's
-own path lane (its mean step against plain decoding's mean token). The run's measured point is marked on the
-curve. Every number the panel shows is also in its element's data-value, at full precision, for the tests to
-compare with Python's (tests/test_race.py).
+a preset: the table auto weighs on this machine (the run folder's costs.json, else the default), the race's
+own path lane (its mean step against plain decoding's mean token), or the cost model's GPU step
+(cost_model.py: an 8B target and a 5-layer drafter on an H200, from datasheet constants). The run's measured
+point is marked on the curve. Every number the panel shows is also in its element's data-value, at full
+precision, for the tests to compare with Python's (tests/test_race.py).
 """
 
 import html
@@ -110,8 +111,8 @@ def panel_html(whatif, prefix="wi-"):
                 f"{w['measured'][0] * (1 + w['measured'][1] * (max(w['measured_drafts'], 1) - 1)):.2f} plain "
                 "steps")
     curve = "checked" if any(w["rates"]) else ""
-    top_step = max(w["calibrated"][0], w["measured"][0])          # the sliders hold both presets
-    low_slot = min(w["calibrated"][1], w["measured"][1])
+    top_step = max(w["calibrated"][0], w["measured"][0], w["gpu"][0])      # the sliders hold every preset
+    low_slot = min(w["calibrated"][1], w["measured"][1], w["gpu"][1])
     return (f"<style>{CSS}</style>\n"
             f'<div class="whatif" id="{p}root"><h3>What if: expected τ and speedup of one step</h3>\n'
             '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ tokens a step with n = B - 1 drafts '
@@ -120,7 +121,9 @@ def panel_html(whatif, prefix="wi-"):
             "as measured.</div>\n"
             f'<div class="row"><label for="{p}preset">costs from</label><select id="{p}preset">'
             '<option value="calibrated">the table block_size="auto" weighs here</option>'
-            f'<option value="measured">{html.escape(measured)}</option></select></div>\n'
+            f'<option value="measured">{html.escape(measured)}</option>'
+            '<option value="gpu">the cost model: Qwen3-8B and a 5-layer drafter on an H200 (bf16)</option>'
+            '</select></div>\n'
             f'<div class="row"><label for="{p}curve">acceptance: this race\'s per-slot rates</label>'
             f'<input type="checkbox" id="{p}curve" {curve}></div>\n'
             + slider(p, "alpha", "or every slot's acceptance a", 0, 1, 0.01, 0.7)
