@@ -30,7 +30,8 @@ from .calibrate import median_seconds
 TOKENS = (1, 2, 4, 8, 16)           # tokens per row of the timed forwards
 FIT = [(rows, 64) for rows in (1, 16, 32)]                          # (rows, context) the constants come from
 HELD_OUT = [(1, 256), (1, 448), (2, 64), (4, 64), (8, 64)]          # ... and the ones that test them
-N_CALLS = 15                        # timed calls per point (the median counts)
+N_CALLS = 31                        # timed calls per point (the median counts): fewer, and the held-out
+                                    # error moves from run to run on a 2-core machine (docs/log.md)
 # Datasheets (dense BF16 tensor-core FLOP/s, HBM bandwidth): NVIDIA H100 SXM5 989 TFLOP/s and 3.35 TB/s
 # (H100 Tensor Core GPU datasheet); H200 SXM 989 TFLOP/s and 4.8 TB/s (H200 product page). The overhead per
 # layer is an assumption, not a datasheet figure: about ten kernels a layer at about 2 µs a launch.
