@@ -22,7 +22,7 @@ def test_the_librarys_own_function_passes_every_claim_of_its_exercise(exercise):
     assert not failed, f"{exercise.name}: the library's own function fails its exercise: {failed}"
 
 
-HEADER = "import numpy as np\nimport torch\n\nfrom nanodflash.sampling import sample\n" \
+HEADER = "import numpy as np\nimport torch\n\nfrom nanodflash.sampling import probs_from_logits, sample\n" \
          "from nanodflash.verify import residual_distribution\n\n\n"
 
 # (exercise, a wrong answer, a phrase its failure message must contain)
@@ -329,7 +329,7 @@ WRONG = {
                     return i, d
                 r = residual_distribution(r, q)
             return -1, int(sample(r, generator))
-        """, "Each draft needs its own uniform"),
+        """, "with a fresh uniform"),
     "multi_draft_verify: the last residual from p, not what the rejections left": ("multi_draft_verify", """
         def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
             r, q = target_probs, draft_probs
@@ -405,6 +405,120 @@ WRONG = {
                 n += 1
             return n, int(target_logits[n].argmax())
         """, "differs from plain greedy decoding"),
+    "match_verify: draws from torch's global generator": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            y = torch.multinomial(target_probs, 1)[:, 0]      # no generator: not reproducible from a seed
+            n = 0
+            while n < draft_tokens.numel() and int(draft_tokens[n]) == int(y[n]):
+                n += 1
+            return n, int(y[n])
+        """, "draws from torch's global random state"),
+    "accept_path: draws from torch's global generator": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            logits = logits.detach().cpu()
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    p = probs_from_logits(logits[node], temperature, top_k, top_p)
+                    y = int(torch.multinomial(p, 1))            # no generator
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "draws from torch's global random state"),
+    "multi_draft_verify: draws from torch's global generator": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            for i, d in enumerate(draft_tokens.tolist()):
+                if float(torch.rand(())) * q[d] < r[d]:          # the global RNG, not the generator
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(torch.multinomial(r, 1))
+        """, "draws from torch's global random state"),
+    "probs_from_logits: top_k larger than the vocabulary not clamped": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            logits = logits.double()
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            logits = logits / temperature
+            if top_k is not None:                                # top_k > V: torch.topk raises
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, -1)
+            if top_p is not None and top_p < 1:
+                s, order = probs.sort(-1, descending=True)
+                keep = (s.cumsum(-1) - s) < top_p
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "raised RuntimeError"),
+    "probs_from_logits: float32 probabilities from float32 logits": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            # never converts to float64: a float32 model's logits give float32 probabilities
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.size(-1):
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, -1)
+            if top_p is not None and top_p < 1:
+                s, order = probs.sort(-1, descending=True)
+                keep = (s.cumsum(-1) - s) < top_p
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "must come back as float64"),
+    "residual_distribution: p only when every row of the batch has p == q": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp_min(0)
+            total = r.sum(-1, keepdim=True)
+            if bool((total == 0).all()):            # only when EVERY row has p == q
+                return p.clone()
+            return r / total
+        """, "decide row by row"),
+    "training_mask: built on the CPU whatever the anchors' device": ("training_mask", """
+        def training_mask(anchors, seq_len, block_size):
+            N, K = anchors.shape
+            ctx = torch.arange(seq_len)[None, None, :] < anchors.repeat_interleave(block_size, 1)[:, :, None]
+            blk = torch.arange(K).repeat_interleave(block_size)      # CPU tensors: anchors may be on the GPU
+            same = (blk[:, None] == blk[None, :]).expand(N, -1, -1)
+            return torch.cat([ctx, same], -1)
+        """, "Build every tensor on anchors.device"),
+    "rejection_verify: the residual computed in place in target_probs": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] * draft_probs[i, d] < target_probs[i, d]:
+                    r = target_probs[i]                         # a view: the caller's p is changed
+                    r -= draft_probs[i]
+                    r.clamp_(min=0)
+                    return i, int(sample(r, generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "changed its argument target_probs in place"),
+    "greedy_walk: a numpy array instead of a LongTensor": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
+            c = cand.cpu().reshape(-1, n, K).numpy()
+            rows, i, out = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
+            for t in range(n):
+                i = scores[rows, t, i].argmax(-1)
+                out.append(c[rows, t, i])
+            return np.stack(out, -1).reshape(*lead, n)          # a numpy array, not a LongTensor
+        """, "must return a LongTensor"),
+    "tree_mask: a float 0/1 mask": ("tree_mask", """
+        def tree_mask(parent):
+            n = len(parent)
+            mask = torch.eye(n)                                  # float 0/1, not bool
+            for i in range(1, n):
+                mask[i] = torch.maximum(mask[i], mask[parent[i]])
+            return mask
+        """, "instead of masking with it"),
 }
 
 

@@ -44,7 +44,8 @@ EXERCISES = [
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
              "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
-             (cb.claim_match_step_emits_each_rows_distribution,
+             (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cb.claim_match_step_emits_each_rows_distribution,
               cv.claim_match_decoding_has_exactly_the_targets_distribution)),
     Exercise("rejection_verify", "nanodflash.verify",
              "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 25,
@@ -52,7 +53,8 @@ EXERCISES = [
              "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
              "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
              "the last row of target_probs.",
-             (cv.claim_rejection_accepts_every_draft_when_q_equals_p,
+             (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cv.claim_rejection_accepts_every_draft_when_q_equals_p,
               cb.claim_rejection_step_emits_each_rows_distribution,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
@@ -74,7 +76,8 @@ EXERCISES = [
              "what each training block may see: context before its anchor, and its own slots",
              "build (N, K*B, S) 'context position j < the block's anchor' and (K*B, K*B) 'same block', "
              "broadcast, and concatenate along the last dimension.",
-             (ct.claim_training_mask_equals_the_plain_loop_reference,)),
+             (ct.claim_training_mask_equals_the_plain_loop_reference,
+              ct.claim_training_mask_is_made_on_the_anchors_device)),
     Exercise("loss_decay_weights", "nanodflash.drafter_loss",
              "training what matters: '1. Loss-decay weights'", 10,
              "the paper's loss weight per slot: early slots matter most",
@@ -92,9 +95,10 @@ EXERCISES = [
              "at each node take y = the target's token (argmax, or a draw from probs_from_logits at the "
              "temperature); go to the child whose token is y (tree.children[node]); stop when there is none "
              "and return (the nodes walked, root first; y).",
-             (ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
-              ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
+             (cb.claim_sampled_rules_draw_only_from_their_generator,
+              ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
               ctree.claim_accept_path_emits_each_nodes_distribution,
+              ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
               ctree.claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import probs_from_logits, sample"),
     Exercise("keep_path", "nanodflash.tree",
@@ -119,7 +123,8 @@ EXERCISES = [
              "several drafts for one position, tested one after another (recursive rejection)",
              "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
              "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
-             (cv.claim_multi_draft_emits_exactly_p, cb.claim_multi_draft_after_a_rejection_emits_the_residual,
+             (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
               cv.claim_multi_draft_accepts_more_with_more_drafts,
               cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "

@@ -16,6 +16,7 @@ import torch
 from ..sampling import sample
 from ..verify import residual_distribution
 from .check import Failed
+from .claims_tree import hand_made_tree
 from .claims_verify import two_ints
 from .oracle import ALPHA, one_position_p_value
 
@@ -36,13 +37,24 @@ def block_rows(seed):
     return p, q
 
 
+def unchanged(name, before, after):
+    """Raise when a rule changed its inputs in place (the decoders reuse them after the call)."""
+    for what, a, b in zip(("draft_tokens", "draft_probs", "target_probs"), before, after):
+        if not torch.equal(a, b):
+            raise Failed(f"your {name} changed its argument {what} in place: the decoder reads it again "
+                         "after the call; compute on a copy (x.clone(), or out-of-place operations)")
+
+
 def step_counts(student, name, p, q, generator):
     """(N_DRAFTS+1, V) counts of the token emitted at each position of N_RUNS steps, drafts drawn from q."""
     counts = torch.zeros(N_DRAFTS + 1, V)
-    for _ in range(N_RUNS):
+    for run in range(N_RUNS):
         drafts = sample(q, generator)                                          # (N_DRAFTS,)
         args = (drafts, p, generator) if name == "match_verify" else (drafts, q, p, generator)
+        before = [a.clone() for a in args if isinstance(a, torch.Tensor)] if run < 20 else None
         n_acc, bonus = two_ints(student.fn(*args), name)
+        if before is not None:
+            unchanged(name, before, [a for a in args if isinstance(a, torch.Tensor)])
         if not 0 <= n_acc <= N_DRAFTS or not 0 <= bonus < V:
             raise Failed(f"{name} returned ({n_acc}, {bonus}) for {N_DRAFTS} drafts over {V} tokens")
         for i, token in enumerate(drafts[:n_acc].tolist() + [bonus]):
@@ -116,6 +128,40 @@ def claim_multi_draft_after_a_rejection_emits_the_residual(student):
         if value < ALPHA:
             raise Failed(f"with {k} drafts, in the runs whose first draft was rejected, the emitted tokens "
                          f"do not follow the residual normalize(max(0, p - q)): chi-square p = {value:.1e} "
-                         f"over {int(counts.sum())} runs. Each draft needs its own uniform: the one that "
-                         "rejected the first draft is known to be large, so reusing it rejects the next too "
-                         "often.")
+                         f"over {int(counts.sum())} runs. After a rejection the rest is recursive rejection "
+                         "against that residual: test the next draft with a fresh uniform against r = "
+                         "normalize(max(0, r - q)), and return the index of the draft you keep (0-based).")
+
+
+def reproducible(call, name):
+    """Raise unless call(generator) draws its randomness from `generator` only: two calls with generators
+    seeded alike return the same, and torch's global random state is left as it was."""
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    first = call(torch.Generator().manual_seed(5))
+    second = call(torch.Generator().manual_seed(5))
+    if not torch.equal(torch.get_rng_state(), state):
+        raise Failed(f"your {name} draws from torch's global random state: every draw must come from the "
+                     "generator it is given (sample(p, generator), torch.rand(..., generator=generator)), or "
+                     "a seeded run does not repeat")
+    if repr(first) != repr(second):
+        raise Failed(f"your {name} returned {first!r}, then {second!r}, for generators seeded alike: every "
+                     "draw must come from the generator it is given")
+
+
+def claim_sampled_rules_draw_only_from_their_generator(student):
+    """draws every random number from the generator it is given: a seeded run repeats"""
+    name = student.name
+    p, q = block_rows(0)
+    if name == "accept_path":
+        tree, logits = hand_made_tree()
+        call = lambda g: student.fn(tree, logits, 1.0, None, None, g)           # noqa: E731
+    elif name == "multi_draft_verify":
+        drafts = sample(q[0].expand(3, -1), torch.Generator().manual_seed(0))
+        call = lambda g: student.fn(drafts, q[0], p[0], g)                      # noqa: E731
+    else:
+        drafts = sample(q, torch.Generator().manual_seed(0))
+        call = ((lambda g: student.fn(drafts, p, g)) if name == "match_verify"
+                else (lambda g: student.fn(drafts, q, p, g)))
+    for _ in range(3):
+        reproducible(call, name)

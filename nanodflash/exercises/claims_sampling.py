@@ -26,6 +26,7 @@ CASES = [
     # a flat row where the order matters: top-3, then the nucleus, keeps 2 tokens; the nucleus of the whole
     # row, then top-3, keeps 3; the nucleus alone 4
     ([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], 1.0, 3, 0.65),
+    ([2.0, 1.0, 0.0, -1.0], 1.0, 10, None),                  # top_k above the vocabulary: no truncation
 ]
 
 
@@ -117,13 +118,18 @@ def claim_probs_agree_with_a_plain_reference(student):
 
 
 def claim_probs_work_on_a_batch_of_rows(student):
-    """works on a batch of rows (..., V) at once, each row as on its own"""
+    """works on a batch of rows (..., V) at once, each row as on its own, in float64 from float32 logits"""
     logits = torch.tensor([c[0] for c in CASES if len(c[0]) == 5], dtype=torch.float64)   # (2, 5)
     got = student.fn(logits, 0.7, 3, 0.9)
     rows = torch.stack([student.fn(row, 0.7, 3, 0.9) for row in logits])
     if not isinstance(got, torch.Tensor) or got.shape != logits.shape or not torch.allclose(got, rows):
         raise Failed("a (2, V) batch of logits must give, row by row, what each row gives alone (the "
                      "decoders transform every position of a block at once): work along the last dimension")
+    probs = student.fn(logits.float(), 0.7, 3, 0.9)
+    if not isinstance(probs, torch.Tensor) or probs.dtype != torch.float64:
+        raise Failed(f"float32 logits (what the models give) must come back as float64 probabilities; yours "
+                     f"{getattr(probs, 'dtype', type(probs).__name__)}: the verifiers compare p with q in "
+                     "float64")
 
 
 def claim_sampled_decoding_stays_exact_with_it(student):

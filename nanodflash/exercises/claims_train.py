@@ -55,6 +55,20 @@ DECAY_CASES = [(16, None), (16, 7.0), (8, None), (10, None), (12, None), (5, Non
                (16, 2.0)]
 
 
+def claim_training_mask_is_made_on_the_anchors_device(student):
+    """is made on the anchors' device (the meta device, shapes without data, stands in for a GPU)"""
+    anchors = torch.tensor([[0, 5, 9]], device="meta")
+    try:
+        got = student.fn(anchors, 16, 4)
+    except RuntimeError as e:
+        raise Failed(f"with anchors on another device ('meta' here, as a GPU's would be) it raised: {e}. "
+                     "Build every tensor on anchors.device (torch.arange(..., device=anchors.device))"
+                     ) from None
+    if not isinstance(got, torch.Tensor) or got.device != anchors.device or got.shape != (1, 12, 28):
+        raise Failed(f"with anchors on the meta device the mask must be a (1, 12, 28) tensor there too; "
+                     f"yours {getattr(got, 'shape', type(got).__name__)} on {getattr(got, 'device', None)}")
+
+
 def claim_decay_weights_follow_the_papers_formula(student):
     """w_k = exp(-(k-1)/gamma) for slots k >= 1, 0 for the anchor; the paper's gamma by default"""
     for B, gamma in DECAY_CASES:

@@ -21,6 +21,9 @@ def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
         if not isinstance(got, torch.Tensor) or got.shape != (n, n):
             raise Failed(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
                          f"{tuple(getattr(got, 'shape', ()))}")
+        if got.is_floating_point():
+            raise Failed(f"your mask is {got.dtype}: attention adds a float mask to its scores as a bias "
+                         "instead of masking with it; return a bool tensor (True = may attend)")
         for i in range(n):
             want = ancestors(tree.parent, i)
             sees = {j for j in range(n) if bool(got[i, j])}
@@ -158,7 +161,10 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
         cand, table = sel.transition_table(hidden, logits, anchor=7)
         want = reference_walk(sel, hidden, logits, 7)
         got = student.fn(cand, table)
-        got = got.tolist() if isinstance(got, torch.Tensor) else list(got)
+        if not isinstance(got, torch.Tensor) or got.dtype != torch.long:
+            raise Failed(f"it must return a LongTensor of tokens (the decoders index and concatenate with "
+                         f"it); yours is {type(got).__name__} of {getattr(got, 'dtype', '?')}")
+        got = got.tolist()
         if got != want:
             t = next(t for t, (a, b) in enumerate(zip(got, want + [None] * len(got))) if a != b)
             row = 0 if t == 0 else cand[t - 1].tolist().index(want[t - 1])

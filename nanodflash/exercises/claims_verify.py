@@ -207,6 +207,13 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
         raise Failed(f"its rows sum to {r.sum(-1).tolist()}, not 1: normalise each row")
     if not torch.allclose(r, residual_distribution(p, q), atol=1e-9):
         raise Failed("it differs from normalize(max(0, p - q)) on random rows")
+    mixed = torch.cat([p[:1], q[1:]])                 # row 0 equals p's row: no residual there; the rest have
+    r = student.fn(p, mixed)
+    if not torch.isfinite(r).all() or not torch.allclose(r[0], p[0], atol=1e-9) or \
+            not torch.allclose(r[1:], residual_distribution(p[1:], q[1:]), atol=1e-9):
+        raise Failed("in a batch where only row 0 has p == q, that row has no residual mass (0 / 0) and must "
+                     "give p back, finite, and the others their residuals: decide row by row, not once for "
+                     "the batch")
     same = student.fn(p, p)
     if not torch.allclose(same, p, atol=1e-9):
         raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "
