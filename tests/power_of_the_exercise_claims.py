@@ -25,7 +25,12 @@ from nanodflash.exercises.claims_tree import hand_made_tree  # noqa: E402
 from nanodflash.exercises.oracle import ALPHA, one_position_p_value  # noqa: E402
 from nanodflash.sampling import probs_from_logits  # noqa: E402
 from nanodflash.tree import accept_path  # noqa: E402
-from nanodflash.verify import match_verify, multi_draft_verify, rejection_verify, residual_distribution  # noqa
+from nanodflash.verify import (  # noqa: E402
+    match_verify,
+    multi_draft_verify,
+    rejection_verify,
+    residual_distribution,
+)
 
 AMOUNTS = [i / 100 for i in range(1, 41)]      # TV distances tried, 0.01 to 0.40
 

@@ -131,7 +131,8 @@ def panel_html(whatif, prefix="wi-"):
             + slider(p, "step", "a step with one draft, in plain steps", 0.5, max(8, math.ceil(top_step)),
                      "any", 1.5)
             + slider(p, "slot", "growth per further draft", min(0, low_slot), 0.3, "any", 0.02) +
-            f'<div class="row out">expected τ <b id="{p}tau"></b> · a step costs <b id="{p}cost"></b> plain '
+            f'<div class="row out">expected τ <b id="{p}tau"></b> · a step costs '
+            f'<b id="{p}cost"></b> plain '
             f'steps · speedup <b id="{p}speedup"></b> · best: <span id="{p}best"></span></div>\n'
             f'<svg id="{p}plot" width="560" height="170"></svg>\n'
             f'<script type="application/json" id="{p}data">{embedded_json(whatif)}</script>\n'
