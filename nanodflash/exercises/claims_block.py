@@ -18,7 +18,7 @@ from ..verify import residual_distribution
 from .check import Failed
 from .claims_tree import hand_made_tree
 from .claims_verify import two_ints
-from .oracle import ALPHA, one_position_p_value
+from .oracle import ALPHA, one_position_p_value, rule_counts
 
 V = 6               # tokens of the hand-made rows
 N_DRAFTS = 2        # drafts per block: rows 0 and 1 test kept drafts and rejections, row 2 the bonus
@@ -106,13 +106,7 @@ def claim_rejection_step_emits_each_rows_distribution(student):
 
 def after_first_rejection(rule, p, q, k, n, seed):
     """Counts (V,) of the token a one-position rule emits in the runs where it rejected its first draft."""
-    g = torch.Generator().manual_seed(seed)
-    counts = torch.zeros(p.numel())
-    for _ in range(n):
-        index, token = rule(sample(q.expand(k, -1), g), q, p, g)
-        if index != 0:
-            counts[token] += 1
-    return counts
+    return rule_counts(rule, p, q, k, n, seed, keep=lambda index: index != 0)
 
 
 def claim_multi_draft_after_a_rejection_emits_the_residual(student):

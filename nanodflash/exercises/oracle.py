@@ -108,14 +108,17 @@ def tree_counts(target, drafter, temperature, top_k, top_p, seed=0, n=N_OTHER_PA
     return counts, lengths
 
 
-def rule_counts(rule, p, q, k, n=4000, seed=0):
+def rule_counts(rule, p, q, k, n=4000, seed=0, keep=None):
     """Counts of the token a one-position rule `rule(drafts, q, p, generator) -> (index, token)` emits, n
-    times, each with k fresh drafts drawn from q."""
+    times, each with k fresh drafts drawn from q; with `keep`, only the runs whose index keep(index) accepts
+    (keep=lambda index: index != 0: the runs that rejected their first draft)."""
     g = torch.Generator().manual_seed(seed)
     counts = torch.zeros(p.numel())
     for _ in range(n):
         drafts = sample(q.expand(k, -1), g)
-        counts[rule(drafts, q, p, g)[1]] += 1
+        index, token = rule(drafts, q, p, g)
+        if keep is None or keep(index):
+            counts[token] += 1
     return counts
 
 

@@ -134,22 +134,24 @@ def measure(target, drafter, n_calls=N_CALLS):
     return out
 
 
-def gpu_costs(name, max_block_size, context=1024):
-    """[cost(n) for n in 0..B-1] on GPU `name` (GPUS) for the Qwen3-8B target and its 5-layer drafter, bf16:
-    a verify of n+1 tokens plus a drafter pass of n+1 slots, in plain steps (block_policy's units)."""
-    constants = [GPU_OVERHEAD] + [1 / rate for rate in GPUS[name]]
-    plain = predict(constants, features(QWEN3_8B, 1, 1, context, 2))
-    return [1.0] + [(predict(constants, features(QWEN3_8B, 1, n + 1, context, 2))
-                     + predict(constants, features(DRAFTER_1B, 1, n + 1, context, 2))) / plain
-                    for n in range(1, max_block_size)]
+def gpu_step(flop_rate, byte_rate, tokens, context=1024):
+    """(plain step, verify of `tokens`, drafter pass of `tokens` slots) in seconds: the Qwen3-8B target and
+    its 5-layer drafter in bf16, with a GPU's constants."""
+    constants = [GPU_OVERHEAD, 1 / flop_rate, 1 / byte_rate]
+    return tuple(predict(constants, features(s, 1, t, context, 2))
+                 for s, t in ((QWEN3_8B, 1), (QWEN3_8B, tokens), (DRAFTER_1B, tokens)))
+
+
+def gpu_costs(name, max_block_size):
+    """[cost(n) for n in 0..B-1] on GPU `name` (GPUS): a verify of n+1 tokens plus a drafter pass of n+1
+    slots, in plain steps (block_policy's units)."""
+    steps = [gpu_step(*GPUS[name], n + 1) for n in range(1, max_block_size)]
+    return [1.0] + [(verify + draft) / plain for plain, verify, draft in steps]
 
 
 def gpu_table(flop_rate, byte_rate, tau=PAPER_TAU, block=16):
     """(plain step, 16-token verify, drafter pass, speedup at τ) in seconds, bf16, with GPU constants."""
-    constants = [GPU_OVERHEAD, 1 / flop_rate, 1 / byte_rate]
-    plain = predict(constants, features(QWEN3_8B, 1, 1, 1024, 2))
-    verify = predict(constants, features(QWEN3_8B, 1, block, 1024, 2))
-    draft = predict(constants, features(DRAFTER_1B, 1, block, 1024, 2))
+    plain, verify, draft = gpu_step(flop_rate, byte_rate, block)
     return plain, verify, draft, tau * plain / (verify + draft)
 
 

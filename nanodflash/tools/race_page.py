@@ -12,7 +12,7 @@ the trace page's are; plain JavaScript and CSS inline, no network.
 
 import html
 
-from .trace_page import embedded_json, viewer_html
+from .trace_page import embedded_json, script, viewer_html
 from .whatif_panel import panel_html
 
 PLAIN_SECONDS = 20.0      # the plain lane's length on the page at speed 1 (real time is too fast to watch)
@@ -44,10 +44,7 @@ SCRIPT = r"""
   const $ = (name) => document.getElementById(P + name);
   const data = JSON.parse($("data").textContent);
   const T = data.tokens, lanes = data.lanes;
-  const show = (id) => { const s = T[String(id)]; return s === undefined ? "#" + id : s; };
-  const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  const visible = (s) => esc(s).replace(/ /g, '<span class="ws">·</span>')
-      .replace(/\t/g, '<span class="ws">→</span>').replace(/\n/g, '<span class="ws">↵</span>\n');
+%(tokens)s
   const end = Math.max(...lanes.map((l) => l.seconds));
   let t = 0, last = null, playing = false;
   const shown = lanes.map(() => 0);
@@ -170,7 +167,7 @@ def race_html(race, prefix="race-"):
             f'{html.escape(note(race))}</div>\n' + viewers
             + panel_html(race["whatif"], f"{p}wi-") +
             f'<script type="application/json" id="{p}data">{embedded_json(data)}</script>\n'
-            f"<script>{SCRIPT.replace('%(prefix)s', p)}</script>\n</div>\n")
+            f"<script>{script(SCRIPT, p)}</script>\n</div>\n")
 
 
 def write_race_page(race, path):

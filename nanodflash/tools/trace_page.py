@@ -33,16 +33,21 @@ CSS = """
 .ndf .tree div { font-family: ui-monospace, monospace; }
 """
 
+# How both pages show a token id: its text from T (the page's {id: text}), HTML-escaped, whitespace drawn
+TOKEN_JS = r"""
+  const show = (id) => { const s = T[String(id)]; return s === undefined ? "#" + id : s; };
+  const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const visible = (s) => esc(s).replace(/ /g, '<span class="ws">·</span>')
+      .replace(/\t/g, '<span class="ws">→</span>').replace(/\n/g, '<span class="ws">↵</span>\n');
+"""
+
 SCRIPT = r"""
 (function () {
   const P = "%(prefix)s";
   const data = JSON.parse(document.getElementById(P + "trace").textContent);
   const $ = (name) => document.getElementById(P + name);
   const steps = data.steps, T = data.tokens;
-  const show = (id) => { const s = T[String(id)]; return s === undefined ? "#" + id : s; };
-  const esc = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  const visible = (s) => esc(s).replace(/ /g, '<span class="ws">·</span>')
-      .replace(/\t/g, '<span class="ws">→</span>').replace(/\n/g, '<span class="ws">↵</span>\n');
+%(tokens)s
   const tok = (id, cls) => '<span class="tok ' + cls + '">' + visible(show(id)) + "</span>";
   const quote = (id) => "'" + esc(show(id)).replace(/\n/g, "\\n") + "'";
   let k = 0, timer = null;
@@ -162,6 +167,11 @@ SCRIPT = r"""
 """
 
 
+def script(source, prefix):
+    """A page script with its element-id prefix and the token helpers filled in."""
+    return source.replace("%(prefix)s", prefix).replace("%(tokens)s", TOKEN_JS.strip("\n"))
+
+
 def embedded_json(trace):
     """JSON that is safe inside a <script> element: <, > and & as \\u escapes, so no token text (the corpus
     has `</script>`) can end the element; JSON.parse reads them back unchanged."""
@@ -200,7 +210,7 @@ def viewer_html(trace, prefix="ndf-"):
             f'<div id="{p}block"></div>\n<div class="figures" id="{p}figures"></div>\n'
             f'<div class="text" id="{p}text"></div>\n</div>\n'
             f'<script type="application/json" id="{p}trace">{embedded_json(trace)}</script>\n'
-            f"<script>{SCRIPT.replace('%(prefix)s', prefix)}</script>\n")
+            f"<script>{script(SCRIPT, prefix)}</script>\n")
 
 
 def write_page(trace, path):

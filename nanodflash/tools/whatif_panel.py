@@ -16,7 +16,7 @@ precision, for the tests to compare with Python's (tests/test_race.py).
 import html
 import math
 
-from .trace_page import embedded_json
+from .trace_page import embedded_json, script
 
 SCRIPT = r"""
 (function () {
@@ -136,4 +136,4 @@ def panel_html(whatif, prefix="wi-"):
             f'steps · speedup <b id="{p}speedup"></b> · best: <span id="{p}best"></span></div>\n'
             f'<svg id="{p}plot" width="560" height="170"></svg>\n'
             f'<script type="application/json" id="{p}data">{embedded_json(whatif)}</script>\n'
-            f"<script>{SCRIPT.replace('%(prefix)s', p)}</script>\n</div>\n")
+            f"<script>{script(SCRIPT, p)}</script>\n</div>\n")
