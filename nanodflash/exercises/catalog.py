@@ -48,7 +48,7 @@ EXERCISES = [
               cb.claim_match_step_emits_each_rows_distribution,
               cv.claim_match_decoding_has_exactly_the_targets_distribution)),
     Exercise("rejection_verify", "nanodflash.verify",
-             "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 25,
+             "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 30,
              "sampling, drafts drawn from q: keep as many as possible, exactly the target's distribution",
              "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
              "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
@@ -91,7 +91,7 @@ EXERCISES = [
              (ctree.claim_tree_mask_lets_each_node_see_exactly_its_ancestors,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
     Exercise("accept_path", "nanodflash.tree", "trees: '3. Verify in one pass, and the path the target took'",
-             20, "walk down the tree while the target's token is a child",
+             25, "walk down the tree while the target's token is a child",
              "at each node take y = the target's token (argmax, or a draw from probs_from_logits at the "
              "temperature); go to the child whose token is y (tree.children[node]); stop when there is none "
              "and return (the nodes walked, root first; y).",
@@ -119,7 +119,7 @@ EXERCISES = [
               ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding),
              "import numpy as np\nimport torch"),
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
-             "q, and several drafts for one slot'", 25,
+             "q, and several drafts for one slot'", 30,
              "several drafts for one position, tested one after another (recursive rejection)",
              "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
              "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
