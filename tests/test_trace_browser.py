@@ -1,5 +1,6 @@
 """The trace page in a real browser: headless Chromium loads a smoke run's page from a file:// URL, steps
-through every step with the controls, and what it shows is checked against the embedded data.
+through every step with the controls, and what it shows is checked against the embedded data; a hand-made
+step's page shows its tiny probabilities as numbers, not as 0.
 
 Needs Debian's chromium and chromium-driver and the test extra's selenium. CI sets
 NANODFLASH_BROWSER_REQUIRED=1 (.ci/run installs the browser), where a missing browser fails; elsewhere the
@@ -12,6 +13,7 @@ import re
 import pytest
 
 from helpers import browser, run_command, visible
+from nanodflash.tools.trace_page import write_page
 
 
 @pytest.mark.parametrize("flags", [[], ["--temperature", "0.7"], ["--tree", "6"]],
@@ -57,5 +59,28 @@ def test_the_page_steps_through_every_step_and_shows_what_the_run_did(smoke_out,
         by_id("root").send_keys("\ue012")                            # ArrowLeft: one step back
         assert by_id("count").text == f"step {max(len(steps) - 1, 1)} of {len(steps)}", "the arrow key"
         driver.save_screenshot(str(tmp_path / "trace.png"))
+    finally:
+        driver.quit()
+
+
+def test_the_page_shows_a_tiny_probability_as_a_tiny_number_and_only_an_exact_zero_as_0(tmp_path):
+    # One sampled step, made by hand: draft 1 kept although p and q are tiny (u * q < p), draft 2 kept,
+    # draft 3 rejected with p(d) exactly 0 (the target's top-p cut it)
+    step = dict(anchor=1, block_size=4, drafts=[2, 3, 4], accepted=2, accepted_tokens=[2, 3], bonus=5,
+                residual_token=5, target_cache=[2, 5], draft_cache=[2, 5], draft_s=0.001, verify_s=0.002,
+                p_d=[7e-4, 0.5, 0.0], q_d=[3.2e-5, 0.25, 0.125], u=[0.3, 0.0004, 0.9])
+    settings = dict(temperature=1.0, top_k=None, top_p=0.9, verifier="rejection", drafter="dflash")
+    trace = dict(settings=settings, prompt=[0], output=[1, 2, 3, 5], steps=[step],
+                 tokens={str(i): "abcdef"[i] for i in range(6)}, run=dict(tau=3.0, repetition=0.0))
+    page = write_page(trace, tmp_path / "tiny.html")
+    driver = browser()
+    try:
+        driver.get(page.as_uri())
+        rows = driver.find_element("id", "nanodflash-block").find_elements("css selector", "tr")[2:]
+        cells = [[td.text for td in r.find_elements("css selector", "td")[3:6]] for r in rows]
+        shown = [["7.0e-4", "3.2e-5", "0.300"], ["0.500", "0.250", "4.0e-4"], ["0", "0.125", "0.900"]]
+        assert cells == shown, f"p(d), q(d), u as the page shows them: {cells}"
+        sentence = driver.find_element("id", "nanodflash-sentence").text
+        assert "u = 0.90 ≥ p/q = 0;" in sentence, sentence
     finally:
         driver.quit()

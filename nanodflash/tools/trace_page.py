@@ -50,6 +50,10 @@ SCRIPT = r"""
 %(tokens)s
   const tok = (id, cls) => '<span class="tok ' + cls + '">' + visible(show(id)) + "</span>";
   const quote = (id) => "'" + esc(show(id)).replace(/\n/g, "\\n") + "'";
+  // a probability or a uniform with `digits` decimals; below 10^-digits in e-notation (3.2e-5), so that no
+  // nonzero value reads 0 (a kept draft with q(d) = 0.000 would look impossible); an exact 0 as 0
+  const num = (x, digits) => x === 0 ? "0" : Math.abs(x) < 10 ** -digits ? x.toExponential(1) :
+    x.toFixed(digits);
   let k = 0, timer = null;
   $("slider").max = Math.max(steps.length - 1, 0);
 
@@ -60,7 +64,7 @@ SCRIPT = r"""
     if (s.path && s.path.length > 1) t += " (the accepted path: nodes " + s.path.join(" → ") + ")";
     if (!s.path && a < n) {
       t += "; draft " + (a + 1) + " " + quote(s.drafts[a]) + " rejected";
-      if (s.u) t += ": u = " + s.u[a].toFixed(2) + " ≥ p/q = " + (s.p_d[a] / s.q_d[a]).toFixed(2);
+      if (s.u) t += ": u = " + num(s.u[a], 2) + " ≥ p/q = " + num(s.p_d[a] / s.q_d[a], 2);
       else if (data.settings.verifier === "match") t += ": the target drew " + quote(s.target_tokens[a]);
       else t += ": the target's token is " + quote(s.target_tokens[a]);
     }
@@ -97,8 +101,8 @@ SCRIPT = r"""
       let r = "<tr class='" + v + "'><td>" + (i + 1) + "</td><td>" + tok(s.drafts[i], "") + "</td><td>" +
         (v === "unseen" ? "not checked" : v) + "</td>";
       if (s.target_tokens) r += "<td>" + tok(s.target_tokens[i], "") + "</td>";
-      if (s.p_d) r += "<td>" + s.p_d[i].toFixed(3) + "</td>";
-      if (s.q_d) r += "<td>" + s.q_d[i].toFixed(3) + "</td><td>" + s.u[i].toFixed(3) + "</td><td>" +
+      if (s.p_d) r += "<td>" + num(s.p_d[i], 3) + "</td>";
+      if (s.q_d) r += "<td>" + num(s.q_d[i], 3) + "</td><td>" + num(s.u[i], 3) + "</td><td>" +
         (s.u[i] * s.q_d[i] < s.p_d[i] ? "yes" : "no") + "</td>";
       if (s.candidates) r += "<td>" + s.candidates[i].map((c) => '<span class="' +
         (c[0] === s.drafts[i] ? "chosen" : "") + '">' + visible(show(c[0])) + " (" + c[1] + ")</span>")
