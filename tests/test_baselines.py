@@ -233,6 +233,7 @@ def test_baselines_cli_trains_all_three_prints_tau_and_skips_what_exists(baselin
     baselines.main(["--out", str(baseline_out), "--steps", "3", "--eval_prompts", "2"])
     out = capsys.readouterr().out
     for needed in ("dflash no-features B=8", "ar k=3", "ar k=7", f"{other} B=8", "without target features",
+                   "(dflash) ->",                    # its like-for-like partner, whatever drafter.pt is
                    "expected tau", "per-slot top-16 recall"):
         assert needed in out, f"baselines output lacks {needed!r}:\n{out}"
     for kind in ("ar", "nofeat", other):
