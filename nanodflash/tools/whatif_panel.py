@@ -61,7 +61,7 @@ SCRIPT = r"""
     $("alpha-shown").textContent = Number($("alpha").value).toFixed(2);
     $("block-shown").textContent = b;
     $("step-shown").textContent = Number($("step").value).toFixed(2);
-    $("slot-shown").textContent = Number($("slot").value).toFixed(3);
+    $("slot-shown").textContent = Number($("slot").value).toPrecision(2);  // 2 digits even for a GPU (0.0041)
     plot(speed, b);
   }
 
