@@ -60,7 +60,8 @@ REPEATS = 3              # timed runs of each method, after one warm-up each
 GREEDY_FAILED = ("greedy self-check FAILED: DFlash output differs from plain greedy decoding; the lossless "
                  "guarantee is broken")
 STYLE = {"prompt": "\033[2m", "draft": "\033[32m", "target": "\033[35m"}   # dim, green, magenta
-MARK = {"prompt": ("", ""), "draft": ("⟦", "⟧"), "target": ("⟨", "⟩")}   # never in code, unlike [] and {}
+# brackets never in code, unlike [] and {}
+MARK = {"prompt": ("", ""), "draft": ("⟦", "⟧"), "target": ("⟨", "⟩")}
 RESET = "\033[0m"
 # -----------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@
                  cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
                  fitted here and checked on held-out points, priced on GPUs from datasheets
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
-                 prompt_lookup.py: drafting by copying, untrained
+                 baseline_report.py: what it prints, every drafter side by side; prompt_lookup.py:
+                 drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
     traces       trace.py: a run recorded step by step (sample.py --html); trace_page.py: its HTML page;

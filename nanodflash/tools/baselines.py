@@ -55,8 +55,8 @@ from .. import run_folder
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..drafting import RowByRow
-from ..speculative import DECODE_THREADS
-from ..train_drafter import DraftTraining, measure_tau, slot_accuracy, train_drafter
+from ..train_drafter import DraftTraining, slot_accuracy, train_drafter
+from .baseline_report import report
 from .cli import MAX_COUNT, check_device, ints
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
@@ -283,39 +283,7 @@ def main(argv=None):
               "rerun the same command to resume", file=sys.stderr)
         sys.exit(130)
     print(f"training: {time.perf_counter() - t0:.0f}s")
-    torch.set_num_threads(DECODE_THREADS)
-    P, val = data["prompt_len"], data["val"]
-    prompts, new = [s[:P].tolist() for s in val[: args.eval_prompts]], val.size(1) - P
-    kind = drafter.kind                                          # "dflash" or "dflash2" (drafter.pt's kind)
-    other = "dflash" if kind == "dflash2" else "dflash2"         # the other DFlash kind, trained the same way
-    named = {other: other, "dflash no-features": "nofeat", "ar": "ar"}
-    drafters = {kind: drafter, **{name: models[k] for name, k in named.items() if k in models}}
-    print(f"\n=== teacher-forced, {val.size(0)} held-out sequences (slot_accuracy; the AR drafter's slot k "
-          "is given the true tokens before it, so its accuracy does not fall with k) ===")
-    for name, d in drafters.items():
-        acc = slot_accuracy(d, val, min_anchor=P - 1)
-        recall = acc.get("slot_recall")                      # top-16 recall, when slot_accuracy reports it
-        recall = "" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)
-        print(f"{name:<20} expected tau {acc['expected_tau']:5.2f} | per-slot accuracy "
-              + " ".join(f"{a:.2f}" for a in acc["slot_acc"]) + recall)
-    B = drafter.config.block_size
-    rows = [(f"{name} B={B}", d, B) for name, d in drafters.items() if name != "ar"]
-    if "ar" in models:
-        rows += [(f"ar k={k}", models["ar"], k + 1) for k in AR_KS if k < models["ar"].config.block_size]
-    print(f"\n=== tau of greedy speculative decoding, {len(prompts)} held-out prompts x {new} new tokens ===")
-    taus = {}
-    for name, d, b in rows:
-        taus[name] = measure_tau(d, prompts, new, block_size=b)
-        print(f"{name:<26} tau {taus[name]:5.2f}")
-    if "nofeat" in models:
-        # the no-features drafter is DFlash 1 without the features: DFlash 1 is its like-for-like partner
-        partner = "dflash" if f"dflash B={B}" in taus else kind
-        full, nofeat = taus[f"{partner} B={B}"], taus[f"dflash no-features B={B}"]
-        print(f"without target features: tau {full:.2f} ({partner}) -> {nofeat:.2f}, "
-              f"{100 * (1 - nofeat / full):.0f}% lower (the paper: ~40% lower)"
-              + ("" if partner == "dflash" else "; not like for like: no DFlash 1 drafter here"))
-    print(f"speed side by side: python -m nanodflash.tools.bench --out {args.out}")
-
+    report(args.out, drafter, models, data, args.eval_prompts, AR_KS)
 
 if __name__ == "__main__":
     main()

@@ -25,7 +25,8 @@ from ..tokenizer import SPLIT_PATTERN
 def byte_to_char():
     """The printable stand-in of every byte (GPT-2's table): printable Latin-1 bytes stand for themselves,
     the other 68 bytes map to chr(256), chr(257), ... in byte order. {byte value: one-character str}."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
     table, extra = {}, 0
     for b in range(256):
         if b in keep:

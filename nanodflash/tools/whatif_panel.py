@@ -115,7 +115,8 @@ def panel_html(whatif, prefix="wi-"):
     low_slot = min(w["calibrated"][1], w["measured"][1], w["gpu"][1])
     return (f"<style>{CSS}</style>\n"
             f'<div class="whatif" id="{p}root"><h3>What if: expected τ and speedup of one step</h3>\n'
-            '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ tokens a step with n = B - 1 drafts '
+            '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ tokens a step '
+            'with n = B - 1 drafts '
             "emits; cost(n) = step cost × (1 + growth × (n - 1)) plain steps; speedup = E(n) / cost(n) "
             "(nanodflash/block_policy.py). Blue: the curve and your block size; red: this race's path lane "
             "as measured.</div>\n"
