@@ -93,7 +93,7 @@ class SpecBatch(PlainBatch):
 
     def block_size(self, left):
         """This step's block size T, the same for every row (row r uses min(T, left[r] + 1) of it)."""
-        chosen = self.sizer.next_for(len(self.rows)) if self.auto else self.sizer.next()
+        chosen = self.sizer.next_for(self.rows) if self.auto else self.sizer.next()
         return min(chosen, max(left) + 1, self.window - self.cache.length)
 
     def step(self):
@@ -126,7 +126,7 @@ class SpecBatch(PlainBatch):
             self.context.extend(feats, block, counts, lazy=T == 1)   # after plain steps (1 per row each)
         self.emit(new)
         if self.auto:
-            self.sizer.update_rows([(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
+            self.sizer.update(self.rows, [(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
         st.batch_rows.append(R)
         st.block_sizes.append(T)
         st.target_forwards += 1

@@ -1,12 +1,18 @@
 """The block size of a batched speculative step (block_size="auto" in batch.py): block_policy's rule with the
-costs of a step of the batch's rows. As the batch grows, a forward stops being bound by reading the weights,
-every rejected draft is paid for, and the block that pays shrinks (docs/batching.md).
+costs of a step of the batch's rows, judged by the row that accepts least.
+
+Two things change when rows share a step. Costs: as the batch grows, a forward stops being bound by reading
+the weights, every rejected draft is paid for, and the block that pays shrinks (docs/batching.md). And the
+end: a batch runs until its last row is done, and while a forward is mostly fixed cost, a step of the few rows
+left costs nearly what a full one does. So the batch finishes when the row that accepts least does, and
+drafting pays only if it pays for that row. Each row keeps its own acceptance counts (block_policy's
+AdaptiveBlockSize, one per row), and the step drafts the n maximising min over rows of E_r(n) / cost(rows, n).
 
 The costs are measured on the decoding models (step_costs.py) at the COST_ROWS row counts, linear in rows in
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
 """
 
-from .block_policy import AdaptiveBlockSize
+from .block_policy import AdaptiveBlockSize, best_block
 
 COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
@@ -27,18 +33,41 @@ def costs_for_rows(rows, costs_at):
     return [lo + w * (hi - lo) for lo, hi in zip(costs_at(below), costs_at(above))]
 
 
-class BatchBlockSize(AdaptiveBlockSize):
-    """block_policy's rule with a batch's costs: draft n tokens per row when E(n) tokens per row for a step
-    of cost(n) beat one token per row for a plain batched step; the slot rates count every row.
-    costs_at(rows) gives the measured table at one of COST_ROWS."""
+class BatchBlockSize:
+    """Block sizes for one batched generation: `next_for(rows)` before a step, `update(rows, pairs)` after it,
+    rows being the ids of the rows in the step (batch.py: their prompts' indices). costs_at(R) gives the
+    measured table at one of COST_ROWS.
+
+    >>> sizer = BatchBlockSize(4, {1: [1.0, 1.4, 1.6, 1.8], 2: [1.0, 1.4, 1.6, 1.8]}.get)
+    >>> sizer.next_for([0, 1])                          # the prior: 75% of drafts accepted, 3 drafts pay
+    4
+    >>> for _ in range(20):
+    ...     sizer.update([0, 1], [(3, 3), (3, 0)])      # row 0 keeps every draft, row 1 none
+    >>> sizer.next_for([0, 1]), sizer.next_for([0])     # with row 1: no drafts; row 0 alone: 3
+    (1, 4)
+    """
 
     def __init__(self, max_block_size, costs_at):
-        super().__init__(max_block_size, costs=None)
-        self.costs_at, self.by_rows = costs_at, {}          # rows -> [cost(n) for n in 0..B-1]
+        self.max_block_size, self.costs_at = max_block_size, costs_at
+        self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
+        self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
+
+    def row(self, r):
+        if r not in self.counts:
+            self.counts[r] = AdaptiveBlockSize(self.max_block_size, costs=None)
+        return self.counts[r]
+
+    def costs(self, n_rows):
+        if n_rows not in self.by_rows:
+            self.by_rows[n_rows] = costs_for_rows(n_rows, self.costs_at)
+        return self.by_rows[n_rows]
 
     def next_for(self, rows):
-        """The next step's block size for a batch of `rows` rows."""
-        if rows not in self.by_rows:
-            self.by_rows[rows] = costs_for_rows(rows, self.costs_at)
-        self.costs = self.by_rows[rows]
-        return self.next()
+        """The next step's block size for a batch of these rows: best_block of the least E_r(n) of each n."""
+        by_row = [self.row(r).expected_tokens_by_drafts() for r in rows]
+        return best_block([min(tokens) for tokens in zip(*by_row)], self.costs(len(rows)))
+
+    def update(self, rows, pairs):
+        """Count one step: pairs[i] = (drafts, accepted drafts) of row rows[i]."""
+        for r, (n, a) in zip(rows, pairs):
+            self.row(r).update(n, a, relax=1 / len(rows))

@@ -80,6 +80,21 @@ class FixedBlockSize:
         pass
 
 
+def best_block(tokens, costs):
+    """1 + the number of drafts n maximising tokens[n] / costs[n] (E(n) / cost(n)); 1 (no drafts) when that
+    is at most E(0) / cost(0) = 1, the tokens per cost of a step without drafts.
+
+    >>> best_block([1.0, 1.9, 2.7, 3.2], [1.0, 1.4, 1.6, 2.4])       # 1.36, 1.69, 1.33 per step's cost
+    3
+    """
+    best, best_rate = 0, 1.0
+    for n in range(1, len(tokens)):
+        rate = tokens[n] / costs[n]
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return best + 1
+
+
 class AdaptiveBlockSize:
     """Block sizes for one generation: `next()` before each step, `update(n_drafts, n_accepted)` after it."""
 
@@ -111,32 +126,19 @@ class AdaptiveBlockSize:
         return self.expected_tokens_by_drafts()[n]
 
     def next(self):
-        """The next step's block size: 1 + the number of drafts n maximising E(n) / cost(n); 1 (no drafts)
-        when that is at most E(0) / cost(0) = 1, the tokens per cost of a step without drafts."""
-        best, best_rate = 0, 1.0
-        for n, tokens in enumerate(self.expected_tokens_by_drafts()[1:], start=1):
-            rate = tokens / self.costs[n]
-            if rate > best_rate:
-                best, best_rate = n, rate
-        return best + 1
+        """The next step's block size (best_block at this generation's rates and costs)."""
+        return best_block(self.expected_tokens_by_drafts(), self.costs)
 
-    def update(self, n_drafts, n_accepted):
-        """Count one step's slots: the verifier reached the accepted drafts and the first rejected one. A step
-        without drafts moves the counts toward the prior instead."""
-        self.update_rows([(n_drafts, n_accepted)])
-
-    def update_rows(self, pairs):
-        """Count one step of one or more rows, pairs (n_drafts, n_accepted): every count decays once, then
-        each row adds its reached and accepted slots. Rows without drafts add nothing; when no row drafted,
-        the counts relax toward the prior."""
-        pairs = [(n, a) for n, a in pairs if n > 0]
-        # a step that measured nothing: back toward the prior
-        fresh = 0.0 if pairs else 1 - DECAY
+    def update(self, n_drafts, n_accepted, relax=1.0):
+        """Count one step's slots: every count decays once, then the verifier's reached slots (the accepted
+        drafts and the first rejected one) and accepted ones are added. A step without drafts measured
+        nothing: the counts relax toward the prior instead, at `relax` times batch 1's pace (batch_policy.py
+        waits longer before a retry)."""
+        decay = DECAY if n_drafts > 0 else 1 - relax * (1 - DECAY)
+        fresh = 1 - decay if n_drafts == 0 else 0.0
         for k in range(len(self.reached)):                      # slot k + 1
-            self.accepted[k] = DECAY * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
-            self.reached[k] = DECAY * self.reached[k] + fresh * PRIOR_WEIGHT
-        for n, a in pairs:
-            # reached: the accepted ones and the first rejected
-            for k in range(min(a + 1, n)):
-                self.reached[k] += 1
-                self.accepted[k] += k < a
+            self.accepted[k] = decay * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
+            self.reached[k] = decay * self.reached[k] + fresh * PRIOR_WEIGHT
+        for k in range(min(n_accepted + 1, n_drafts)):
+            self.reached[k] += 1
+            self.accepted[k] += k < n_accepted

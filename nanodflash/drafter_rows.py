@@ -51,6 +51,7 @@ class RaggedRows:
 
     def rewind(self, mark):
         self.cache.lengths, self.pending = list(mark[0]), list(mark[1])
+        self.cache.length = max(self.cache.lengths)
 
     def hidden(self, anchors, T, sizes):
         """The block pass for every row's block [anchor, MASK x (T-1)] at the row's own positions, row r

@@ -27,10 +27,11 @@ from .block_policy import linear_costs
 COMPILE = "eager"          # how the decoders run; a compiled path gets tables of its own
 # The default costs, linear in the drafts per row: rows -> (cost of a step with one draft, the growth per
 # further draft as a share of it), block_policy.linear_costs. Fitted to the default run's table (make demo,
-# then calibrate: docs/log.md) on a 2-core AMD EPYC, one thread, torch 2.13.0.
-DEFAULT_COSTS = {1: (1.45, 0.023), 2: (1.43, 0.028), 4: (1.37, 0.053), 8: (1.42, 0.087), 16: (1.53, 0.136),
-                 32: (1.61, 0.19)}
-DEFAULT_SAMPLED = (1.48, 0.042)    # one row, sampled steps: drawing drafts from q and the rejection test
+# then calibrate: docs/log.md) on a 2-core AMD EPYC, one thread, torch 2.13.0; from 2 rows on, a batched
+# step in plain batched steps (tools/calibrate.py).
+DEFAULT_COSTS = {1: (1.57, 0.022), 2: (1.55, 0.027), 4: (1.53, 0.045), 8: (1.52, 0.099), 16: (1.78, 0.125),
+                 32: (1.89, 0.184)}
+DEFAULT_SAMPLED = (1.62, 0.039)    # one row, sampled steps: drawing drafts from q and the rejection test
 
 _FIXED = weakref.WeakKeyDictionary()     # drafter -> {(key, rows, sampled): [cost(n), ...]}: fix_costs
 _TABLES = weakref.WeakKeyDictionary()    # drafter -> the entries of its run folder's costs.json: use_table
@@ -55,7 +56,7 @@ def default_costs(block_size, rows=1, sampled=False):
     `rows`; DEFAULT_SAMPLED for one sampled row.
 
     >>> [round(c, 3) for c in default_costs(4)]
-    [1.0, 1.45, 1.483, 1.517]
+    [1.0, 1.57, 1.605, 1.639]
     """
     listed = max(r for r in DEFAULT_COSTS if r <= max(rows, 1))
     step_cost, slot_cost = DEFAULT_SAMPLED if sampled and rows == 1 else DEFAULT_COSTS[listed]

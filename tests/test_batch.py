@@ -286,14 +286,27 @@ def test_auto_block_size_drafts_less_as_the_batch_grows_and_not_at_all_when_draf
     # costs whose slots grow dearer with the rows, as measured ones do
     tables = {R: linear_costs(16, step_cost=1.3, slot_cost=0.025 * R) for R in COST_ROWS}
     sizer = BatchBlockSize(16, tables.get)
-    sizer.accepted, sizer.reached = [0.9 * 100] * 15, [100.0] * 15  # a drafter right 90% of the time
-    by_rows = [sizer.next_for(r) for r in (1, 4, 16, 32)]
+    for _ in range(30):                                      # a drafter right 90% of the time on every row
+        sizer.update(range(32), [(15, 15 if step % 10 else 4) for step in range(32)])
+    by_rows = [sizer.next_for(range(r)) for r in (1, 4, 16, 32)]
     assert by_rows == sorted(by_rows, reverse=True) and by_rows[0] > by_rows[-1], \
         f"blocks by batch size: {by_rows}"
-    sizer.accepted = [0.05 * 100] * 15
-    assert [sizer.next_for(r) for r in (1, 32)] == [1, 1], \
-        "drafts that are never accepted should not be drafted"
     assert sizer.by_rows[4] == pytest.approx(linear_costs(16, 1.3, 0.1)), "a measured row count's own table"
+    for _ in range(30):
+        sizer.update(range(32), [(15, 0)] * 32)
+    assert [sizer.next_for(range(r)) for r in (1, 32)] == [1, 1], \
+        "drafts that are never accepted should not be drafted"
+
+
+def test_one_row_whose_drafts_fail_stops_the_batch_drafting_until_it_is_done():
+    """The batch runs until its last row is done: a row that accepts nothing would keep it stepping at the
+    cost of a drafting step, so no row drafts while it is in the batch; once it has left, the others do."""
+    tables = {R: linear_costs(16, step_cost=1.3, slot_cost=0.025) for R in COST_ROWS}
+    sizer = BatchBlockSize(16, tables.get)
+    for _ in range(30):
+        sizer.update(range(8), [(15, 15)] * 7 + [(15, 0)])
+    assert sizer.next_for(range(8)) == 1, "a batch with a row that accepts nothing drafted"
+    assert sizer.next_for(range(7)) == 16, "the rows that accept every draft did not draft once alone"
 
 
 def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):

@@ -4,12 +4,14 @@ block_size="auto" weighs drafts by (nanodflash/step_costs.py). Decoding itself n
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
     python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
 
-A step is timed as the loops run it: the newly verified positions projected into the drafter's context, one
-drafter pass of n+1 slots (none when n = 0) and one target forward of n+1 tokens per row, after a context of
-CONTEXT tokens. Batch 1 is timed through the path decoder's pieces, greedy and sampled (drawing each draft
-from q, the target's p at every position, the rejection test); 2 to 32 rows through the batched decoder's
-(batch.SpecBatch), greedy. Each is the median of `calls` calls at each of COST_TOKENS block sizes, the sizes
-interleaved call by call, linear in between. train_tiny.py calibrates at its end; costs.json keeps one table
+A step is timed as the loops run it, after a context of CONTEXT tokens. Batch 1 through the path decoder's
+pieces, greedy and sampled: the newly verified positions projected into the drafter's context, one drafter
+pass of n+1 slots (none when n = 0), one target forward of n+1 tokens (sampled: each draft drawn from q, the
+target's p at every position, the rejection test). 2 to 32 rows (greedy): the batched decoder's whole step
+(batch.SpecBatch.step: drafting, verifying, emitting, the rows' bookkeeping) over a plain batched step
+(plain_batch.PlainBatch.plain_step), since a batch drafts only when that beats plain batched decoding. Each
+is the median of `calls` calls at each of COST_TOKENS block sizes, the sizes interleaved call by call, linear
+in between. train_tiny.py calibrates at its end; costs.json keeps one table
 per machine key (device, dtype, threads, torch version, compile mode), so a folder copied to another machine
 keeps its first machine's table and gets one of its own beside it.
 """
@@ -26,6 +28,7 @@ import torch
 from ..batch import SpecBatch
 from ..batch_policy import COST_ROWS
 from ..checkpoint import load
+from ..plain_batch import PlainBatch
 from ..run_folder import read_costs, write_costs
 from ..sampling import DraftRule, probs_from_logits
 from ..speculative import DECODE_THREADS
@@ -108,30 +111,37 @@ def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
 
 @torch.no_grad()
 def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
-    """{t: seconds of one batched step of `rows` rows with blocks of t tokens} at the COST_TOKENS sizes up to
-    the drafter's block size: draft t-1 tokens per row (none at t = 1), verify t per row, project them into
-    the drafter's context. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are
-    the ones the loop uses."""
+    """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step
+    (PlainBatch.plain_step: what plain batched decoding pays per token), at the other COST_TOKENS sizes up to
+    the drafter's block size a batched speculative step as the loop runs it (SpecBatch.step: draft t-1
+    tokens per row, verify t per row, emit, project into the drafter's context), each put back after it is
+    timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's."""
     B = drafter.config.block_size
-    n = min(CONTEXT, target.config.max_seq_len - 2 * B)
+    n = min(CONTEXT, target.config.max_seq_len - 3 * B)
     context = [i % target.config.vocab_size for i in range(n)]
-    batch = SpecBatch(target, drafter, [context[: n - r % 3] for r in range(rows)], 2 * B, block_size=B)
-    batch.prefill()
-    batch.context.project_context()                    # the prompts' context, once: a step adds t positions
-    lens, mark = list(batch.cache.lengths), batch.context.mark()
+    prompts = [context[: n - r % 3] for r in range(rows)]
 
-    def step_of(t):
-        block = torch.tensor([context[:t]] * rows, device=batch.device)                  # (rows, t)
+    def timed_step(batch, step):
+        batch.prefill()
+        outs, lens = [len(o) for o in batch.outs], list(batch.cache.lengths)
+        mark = batch.context.mark() if isinstance(batch, SpecBatch) else None
 
-        def step():
-            batch.context.rewind(mark)
-            if t > 1:
-                batch.context.draft(batch.anchors(), t, [t] * rows, batch.choose)
-            batch.cache.lengths = list(lens)
-            _, feats = batch.forward(block)
-            batch.context.extend(feats, block, [t] * rows)
-        return step
-    return median_seconds({t: step_of(t) for t in COST_TOKENS if t <= B}, batch.device, n_calls)
+        def call():
+            step()
+            for out, k in zip(batch.outs, outs):
+                del out[k:]
+            batch.cache.lengths, batch.cache.length = list(lens), max(lens)
+            if mark is not None:
+                batch.context.rewind(mark)
+        return call
+
+    plain = PlainBatch(target, prompts, 2 * B, 0.0, None, None, None, None)
+    steps = {1: timed_step(plain, plain.plain_step)}
+    for t in COST_TOKENS:
+        if 1 < t <= B:
+            spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t)
+            steps[t] = timed_step(spec, spec.step)
+    return median_seconds(steps, plain.device, n_calls)
 
 
 def processor():
