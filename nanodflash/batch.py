@@ -27,6 +27,7 @@ from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes
 from .loop import SpecStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
+from .sampling import next_token
 from .speculative import NO_DRAFTS, draft_rule, verify_block
 from .step_costs import costs_for
 from .verify import greedy_verify
@@ -88,6 +89,8 @@ class SpecBatch(PlainBatch):
             n_acc, bonus = greedy_verify(padded.to(logits.device), logits)           # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
+        if logits.size(1) == 1:         # no row drafted: each row's next token, drawn for all rows at once
+            return [(0, t) for t in next_token(logits[:, 0], *self.sampling, self.generator).tolist()]
         return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
 
@@ -149,6 +152,6 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_s
 
 
 def batch_costs(drafter, rows, sampled=False):
-    """[cost(n) for n in 0..B-1] of a step of `rows` rows (step_costs.py): batch 1's table for one row (its
-    sampled one when sampling), else the greedy table of those rows."""
-    return costs_for(drafter, rows, sampled and rows == 1)
+    """[cost(n) for n in 0..B-1] of a step of `rows` rows (step_costs.py), sampled or greedy: batch 1's table
+    for one row."""
+    return costs_for(drafter, rows, sampled)

@@ -37,11 +37,15 @@ class RaggedKVCache(KVCache):
         self.k.zero_()
         self.v.zero_()
         self.lengths = [0] * rows
+        self.made = (None, None)         # positions(t)'s last answer and what it was for: every layer asks
 
     def positions(self, t):
         """(R, t): row r's next t positions, len_r + i."""
-        device = self.k.device
-        return torch.tensor(self.lengths, device=device)[:, None] + torch.arange(t, device=device)
+        key = (t, tuple(self.lengths))
+        if self.made[0] != key:
+            lengths = torch.tensor(self.lengths, device=self.k.device)
+            self.made = key, lengths[:, None] + torch.arange(t, device=self.k.device)
+        return self.made[1]
 
     def slots(self, t):
         self.length = max(self.lengths)

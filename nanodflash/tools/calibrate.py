@@ -4,16 +4,16 @@ block_size="auto" weighs drafts by (nanodflash/step_costs.py). Decoding itself n
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
     python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
 
-A step is timed as the loops run it, after a context of CONTEXT tokens. Batch 1 through the path decoder's
-pieces, greedy and sampled: the newly verified positions projected into the drafter's context, one drafter
+A step is timed as the loops run it, after a context of CONTEXT tokens, greedy and sampled. Batch 1 through
+the path decoder's pieces: the newly verified positions projected into the drafter's context, one drafter
 pass of n+1 slots (none when n = 0), one target forward of n+1 tokens (sampled: each draft drawn from q, the
-target's p at every position, the rejection test). 2 to 32 rows (greedy): the batched decoder's whole step
+target's p at every position, the rejection test). 2 to 32 rows: the batched decoder's whole step
 (batch.SpecBatch.step: drafting, verifying, emitting, the rows' bookkeeping) over a plain batched step
 (plain_batch.PlainBatch.plain_step), since a batch drafts only when that beats plain batched decoding. Each
 is the median of `calls` calls at each of COST_TOKENS block sizes, the sizes interleaved call by call, linear
-in between. train_tiny.py calibrates at its end; costs.json keeps one table
-per machine key (device, dtype, threads, torch version, compile mode), so a folder copied to another machine
-keeps its first machine's table and gets one of its own beside it.
+in between. train_tiny.py calibrates at its end; costs.json keeps one table per machine key (device, dtype,
+threads, torch version, compile mode), so a folder copied to another machine keeps its first machine's table
+and gets one of its own beside it.
 """
 
 import argparse
@@ -110,12 +110,13 @@ def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
 
 
 @torch.no_grad()
-def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
+def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
     """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step
     (PlainBatch.plain_step: what plain batched decoding pays per token), at the other COST_TOKENS sizes up to
     the drafter's block size a batched speculative step as the loop runs it (SpecBatch.step: draft t-1
     tokens per row, verify t per row, emit, project into the drafter's context), each put back after it is
-    timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's."""
+    timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's.
+    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
     B = drafter.config.block_size
     n = min(CONTEXT, target.config.max_seq_len - 3 * B)
     context = [i % target.config.vocab_size for i in range(n)]
@@ -135,11 +136,12 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS):
                 batch.context.rewind(mark)
         return call
 
-    plain = PlainBatch(target, prompts, 2 * B, 0.0, None, None, None, None)
+    T, g = (SAMPLED_T if sampled else 0.0), torch.Generator().manual_seed(0)
+    plain = PlainBatch(target, prompts, 2 * B, T, None, None, None, g)
     steps = {1: timed_step(plain, plain.plain_step)}
     for t in COST_TOKENS:
         if 1 < t <= B:
-            spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t)
+            spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t, temperature=T, generator=g)
             steps[t] = timed_step(spec, spec.step)
     return median_seconds(steps, plain.device, n_calls)
 
@@ -155,17 +157,17 @@ def processor():
 
 def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print):
     """Time the steps and return costs.json's entry for this machine: {key, machine, measured, seconds,
-    block_size, costs: {"greedy": {rows: [cost(n)...]}, "sampled": {"1": [...]}}}."""
+    block_size, costs: {"greedy": {rows: [cost(n)...]}, "sampled": {rows: [...]}}}."""
     t0, B = time.perf_counter(), drafter.config.block_size
     device = next(target.parameters()).device
     greedy, sampled = {}, {}
     for R in rows:
-        seconds = (time_single_steps(target, drafter, n_calls) if R == 1
-                   else time_batch_steps(target, drafter, R, n_calls))
-        greedy[str(R)] = relative_costs(seconds, B)
-        log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}: a step with {B - 1} drafts per row costs "
-            f"{greedy[str(R)][-1]:.2f} steps without drafts")
-    sampled["1"] = relative_costs(time_single_steps(target, drafter, n_calls, sampled=True), B)
+        for kind, table in (("greedy", greedy), ("sampled", sampled)):
+            seconds = (time_single_steps(target, drafter, n_calls, kind == "sampled") if R == 1
+                       else time_batch_steps(target, drafter, R, n_calls, kind == "sampled"))
+            table[str(R)] = relative_costs(seconds, B)
+            log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per row "
+                f"costs {table[str(R)][-1]:.2f} steps without drafts")
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
     return dict(key=cost_key(target), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
