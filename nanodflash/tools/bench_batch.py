@@ -89,8 +89,9 @@ def cost_tables(target, drafter):
 def format_costs(tables):
     B = len(next(iter(tables.values())))
     shown = [n for n in (0, 1, 3, 7, 15, 31) if n < B]
-    lines = ["step costs of block_size=\"auto\" (cost(n): a step with n drafts per row, in plain batched steps "
-             "of the same rows; at 1 row, in steps without drafts):", "  rows " + "".join(f"  n={n:<4}" for n in shown)]
+    lines = ["step costs of block_size=\"auto\" (cost(n): a step with n drafts per row, in plain batched "
+             "steps of the same rows; at 1 row, in steps without drafts):",
+             "  rows " + "".join(f"  n={n:<4}" for n in shown)]
     for R, costs in tables.items():
         lines.append(f"  {R:>4} " + "".join(f"  {costs[n]:6.2f}" for n in shown))
     return "\n".join(lines)
