@@ -70,7 +70,7 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
     entry = calibrate(target, drafter, n_calls=3, rows=(1, 2), log=lambda line: None)
     assert entry["key"] == cost_key(target) and entry["block_size"] == 8, entry["key"]
     tables = entry["costs"]
-    for table in (tables["greedy"]["1"], tables["greedy"]["2"], tables["sampled"]["1"]):
+    for table in [tables[kind][rows] for kind in ("greedy", "sampled") for rows in ("1", "2")]:
         assert len(table) == 8 and table[0] == 1.0 and all(c > 0 for c in table), \
             f"cost(n) for n = 0..7 in steps without drafts, cost(0) = 1: got {table}"
     write_costs(tmp_path, entry)
