@@ -134,8 +134,8 @@ class AdaptiveBlockSize:
         drafts and the first rejected one) and accepted ones are added. A step without drafts measured
         nothing: the counts relax toward the prior instead, at `relax` times batch 1's pace (batch_policy.py
         waits longer before a retry)."""
-        decay = DECAY if n_drafts > 0 else 1 - relax * (1 - DECAY)
-        fresh = 1 - decay if n_drafts == 0 else 0.0
+        fresh = 0.0 if n_drafts > 0 else relax * (1 - DECAY)      # the prior's share of the new counts
+        decay = DECAY if n_drafts > 0 else 1 - fresh
         for k in range(len(self.reached)):                      # slot k + 1
             self.accepted[k] = decay * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
             self.reached[k] = decay * self.reached[k] + fresh * PRIOR_WEIGHT
