@@ -67,7 +67,7 @@ def pairs(tmp_path_factory):
 def make_pairs(base, runs):
     import train_tiny
     train_tiny.main(["--smoke", "--out", str(base), "--target_steps", "400", "--n_seqs", "64",
-                     "--draft_steps", "1", "--calibrate_calls", "0",
+                     "--draft_steps", "1", "--calibrate_calls", "0", "--no-sampling",
                      "--eval_prompts", "1", "--eval_long_tokens", "0"])   # a short summary: not used here
     tok, target, _ = nanodflash.load(str(base))
     data = checkpoint.read(str(base / run_folder.DATA), "data")

@@ -23,9 +23,11 @@ class Killed(Exception):
 
 
 def copy_stages(src, dst, files):
-    """The finished stages `files` of run folder src, with its run.json (the tokenizer's record)."""
+    """The finished stages `files` of run folder src, with its run.json (the tokenizer's record) and its step
+    costs (costs.json: no stage here resumes the calibration, and timing the machine again would only cost
+    the seconds of each rerun)."""
     dst.mkdir()
-    for f in ("run.json", *files):
+    for f in ("run.json", "costs.json", *files):
         shutil.copy(src / f, dst / f)
     return dst
 

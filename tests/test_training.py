@@ -144,8 +144,8 @@ def test_the_sampling_drafter_is_trained_on_demand_once_and_a_greedy_run_never_p
     import train_tiny
     out = tmp_path / "run"
     out.mkdir()
-    for f in ("run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt"):
-        shutil.copy(smoke_out / f, out / f)
+    for f in ("run.json", "tokenizer.bpe", "target.pt", "data.pt", "drafter.pt", "costs.json"):
+        shutil.copy(smoke_out / f, out / f)           # (the step costs too: a rerun would only time again)
     earlier = [f"[{stage}] found {out / f}, skipping" for stage, f in
                (("tokenizer", "tokenizer.bpe"), ("target", "target.pt"), ("data", "data.pt"),
                 ("drafter", "drafter.pt"))]

@@ -113,10 +113,10 @@ def compare_with_greedy(student, decode, what, tree=False):
     """decode(target, drafter, prompt, n) -> tokens, with the student's piece in place, against plain greedy
     decoding, for every prompt and drafter of greedy_drafters."""
     target = tiny_target()
+    wants = [generate(target, prompt, 40) for prompt in PROMPTS]
     for block_size in (4, 16):
         for label, drafter in greedy_drafters(target, block_size, tree):
-            for i, prompt in enumerate(PROMPTS):
-                want = generate(target, prompt, 40)
+            for i, (prompt, want) in enumerate(zip(PROMPTS, wants)):
                 with student.installed():
                     got = decode(target, drafter, prompt, 40)
                 if got != want:
