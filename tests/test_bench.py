@@ -363,6 +363,23 @@ def test_every_benchmark_runs_on_third_party_prompts_when_asked(smoke_out, tmp_p
     assert out.count("2 third-party prompts (numpy source)") == 2, f"bench_batch and bench_tree:\n{out}"
 
 
+def test_bench_batch_samples_with_the_sampling_drafter_at_small_blocks_and_its_sampled_costs(
+        smoke_out, tmp_path, capsys):
+    path = tmp_path / "batch.json"
+    bench_batch.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--batch", "1,2",
+                      "--temperature", "0.7", "--top_p", "0.95", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert "drafter_sampling.pt" in out and "T=0.7 top-p 0.95" in out, f"the header names what ran:\n{out}"
+    assert 'step costs of block_size="auto", sampled' in out, f"the sampled cost table:\n{out}"
+    assert "greedy outputs identical" not in out, "sampled outputs are not compared with plain's"
+    rows = json.load(open(path))["batch"]
+    assert list(rows["2"]) == ["plain", "dflash B=2", "dflash B=4", "dflash B=8", "dflash B=auto"], \
+        f"the sampled block sizes: {list(rows['2'])}"
+    assert {"batch-1 loop B=4", "batch-1 loop B=auto"} <= set(rows["1"]), f"batch 1's loop: {list(rows['1'])}"
+    assert all(a["matches_plain"] is None and a["tokens"] == 2 * 8 for a in rows["2"].values()), \
+        f"every method samples every token of both prompts: {rows['2']}"
+
+
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):
     _, _, drafter = nanodflash.load(str(smoke_out))
     other = tmp_path / "recipe_b"

@@ -2,20 +2,24 @@
 run.
 
     python -m nanodflash.tools.bench_batch --out DIR --batch 1,2,4,8,16,32 [--n_prompts 64] [--json PATH]
+    python -m nanodflash.tools.bench_batch --out DIR --temperature 0.7 --top_p 0.95    # sampled
     python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs B=auto uses
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
 into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up.
 Methods: plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16
-and auto, all greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
-bar. Reported: total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to
+and auto, greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
+bar. With --temperature: the same sampled (the run's sampling drafter, the rejection verifier, B = 2, 4, 8
+and auto; the batch-1 loop at B=4 and auto), every method drawing from a generator seeded by the batch.
+Reported: total tokens/s (all generated tokens / all seconds of that method at that R) and its ratio to
 plain at the same R, τ, the batch size at which each block size stops paying (its first R with tokens/s below
-plain's), and whether every greedy output equals plain's. Then the step costs block_size="auto" weighed
+plain's), and (greedy) whether every output equals plain's. Then the step costs block_size="auto" weighed
 drafts by (the run folder's table, step_costs.py, at the batch_policy.COST_ROWS row counts).
 """
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -24,41 +28,56 @@ from ..batch import batch_costs, generate_batch, speculative_generate_batch
 from ..batch_policy import COST_ROWS
 from ..checkpoint import load
 from ..repetition import pooled_repetition
-from ..run_folder import run_corpus
+from ..run_folder import drafter_path, run_corpus
 from ..speculative import speculative_generate
+from .cli import floats
 from .measure import bench_flags, bench_prompts, interleaved, machine
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
+GREEDY_B, SAMPLED_B = (4, 8, 16, "auto"), (2, 4, 8, "auto")    # the block sizes compared
 
 
-def methods(drafter):
-    plain = ("plain", lambda t, d, ps, n: (generate_batch(t, ps, n), None))
-    spec = [(f"dflash B={b}", lambda t, d, ps, n, b=b: speculative_generate_batch(t, d, ps, n, block_size=b))
-            for b in (4, 8, 16, "auto") if b == "auto" or b <= drafter.config.block_size]
+def methods(drafter, sampling):
+    """[(name, fn(target, drafter, prompts, n, generator) -> (outputs, stats))]; sampling: dict(temperature,
+    top_p), empty for greedy."""
+    plain = ("plain", lambda t, d, ps, n, g: (generate_batch(t, ps, n, generator=g, **sampling), None))
+    spec = [(f"dflash B={b}", lambda t, d, ps, n, g, b=b: speculative_generate_batch(
+                t, d, ps, n, block_size=b, generator=g, **sampling))
+            for b in (SAMPLED_B if sampling else GREEDY_B) if b == "auto" or b <= drafter.config.block_size]
     return [plain] + spec
 
 
-def batch1_methods(drafter):
-    """The batch-1 reference loop, one prompt at a time (R = 1 only), at the drafter's B and auto."""
+def batch1_methods(drafter, sampling):
+    """The batch-1 reference loop, one prompt at a time (R = 1 only), at the drafter's B (sampled: 4) and
+    auto."""
     def run(b):
-        return lambda t, d, ps, n: ([speculative_generate(t, d, ps[0], n, block_size=b)[0]], None)
-    return [(f"batch-1 loop B={b or drafter.config.block_size}", run(b)) for b in (None, "auto")]
+        return lambda t, d, ps, n, g: ([speculative_generate(t, d, ps[0], n, block_size=b, generator=g,
+                                                             **sampling)[0]], None)
+    first = min(4, drafter.config.block_size) if sampling else drafter.config.block_size
+    return [(f"batch-1 loop B={b}", run(b)) for b in (first, "auto")]
 
 
-def run_batch_size(target, drafter, prompts, R, max_new_tokens):
+def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED):
     """{method name: dict(tokens, seconds, tau, repetition, matches_plain)} over the prompts in batches of R,
-    interleaved; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py)."""
-    ms = methods(drafter) + (batch1_methods(drafter) if R == 1 else [])
+    interleaved; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py).
+    sampling: dict(temperature, top_p) to sample (batch j's methods each draw from a generator seeded
+    seed + j; matches_plain is then None), None for greedy."""
+    sampling = sampling or {}
+    ms = methods(drafter, sampling) + (batch1_methods(drafter, sampling) if R == 1 else [])
     device = next(target.parameters()).device
     chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
+
+    def generator(j):
+        return torch.Generator().manual_seed(seed + j) if sampling else None
+
     for _, fn in ms:                                               # warm-up: allocation, first-call costs
-        fn(target, drafter, chunks[0], 8)
+        fn(target, drafter, chunks[0], 8, generator(0))
     acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True)
            for name, _ in ms}
     outputs = [{} for _ in chunks]                                 # per chunk: method name -> rows' tokens
 
     def run(method, chunk, j):
-        return method[1](target, drafter, chunk, max_new_tokens)
+        return method[1](target, drafter, chunk, max_new_tokens, generator(j))
 
     for j, (name, _), (out, stats), dt in interleaved(ms, chunks, run, device):
         a = acc[name]
@@ -72,6 +91,9 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
     for outs in outputs:
         for name in outs:
             acc[name]["matches_plain"] &= outs[name] == outs["plain"]
+    if sampling:                                   # sampled outputs differ from plain's by design
+        for a in acc.values():
+            a["matches_plain"] = None
     for a in acc.values():
         a["tokens_per_s"] = a["tokens"] / a["seconds"]
         a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
@@ -80,17 +102,23 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens):
     return acc
 
 
-def cost_tables(target, drafter):
+def describe_sampling(sampling):
+    if sampling is None:
+        return "greedy"
+    return f"T={sampling['temperature']:g}" + (f" top-p {sampling['top_p']:g}" if sampling["top_p"] else "")
+
+
+def cost_tables(target, drafter, sampled=False):
     """{rows: [cost(n) for n in 0..B-1]}: the step costs block_size="auto" weighs drafts by (the run folder's
-    table, step_costs.py), at every row count it lists (batch_policy.COST_ROWS)."""
-    return {R: batch_costs(drafter, R) for R in COST_ROWS}
+    table, step_costs.py), greedy or sampled, at every row count it lists (batch_policy.COST_ROWS)."""
+    return {R: batch_costs(drafter, R, sampled) for R in COST_ROWS}
 
 
-def format_costs(tables):
+def format_costs(tables, how="greedy"):
     B = len(next(iter(tables.values())))
     shown = [n for n in (0, 1, 3, 7, 15, 31) if n < B]
-    lines = ["step costs of block_size=\"auto\" (cost(n): a step with n drafts per row, in plain batched "
-             "steps of the same rows; at 1 row, in steps without drafts):",
+    lines = [f"step costs of block_size=\"auto\", {how} (cost(n): a step with n drafts per row, in plain "
+             "batched steps of the same rows; at 1 row, in steps without drafts):",
              "  rows " + "".join(f"  n={n:<4}" for n in shown)]
     for R, costs in tables.items():
         lines.append(f"  {R:>4} " + "".join(f"  {costs[n]:6.2f}" for n in shown))
@@ -104,8 +132,14 @@ def parse_args(argv=None):
                    "(default: %(default)s)")
     p.add_argument("--costs_only", action="store_true", help="only print the step costs batch.py's auto "
                    "decides by (the run folder's costs.json, python -m nanodflash.tools.calibrate)")
+    p.add_argument("--temperature", type=floats(0), default=0.0, help="0 (default): greedy; > 0: sampled "
+                   "with the run's sampling drafter and the rejection verifier")
+    p.add_argument("--top_p", type=floats(0, 1, low_open=True), default=None, help="with --temperature: "
+                   "nucleus sampling")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
+    if args.top_p is not None and args.temperature == 0:
+        p.error("--top_p samples: give it with --temperature > 0")
     try:
         args.batch = [int(b) for b in args.batch.split(",")]
     except ValueError:
@@ -118,17 +152,20 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    tok, target, drafter = load(args.out, args.device)
+    sampling = dict(temperature=args.temperature, top_p=args.top_p) if args.temperature > 0 else None
+    tok, target, drafter = load(args.out, args.device, sampling=sampling is not None)
     prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
                                    args.data or run_corpus(args.out))
-    print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} drafter, "
+    which_drafter = os.path.basename(drafter_path(args.out, sampling is not None))
+    print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} {which_drafter}, "
           f"B={drafter.config.block_size}) | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
-          f"{args.max_new_tokens} new tokens, greedy | {machine(args.device)}")
+          f"{args.max_new_tokens} new tokens, {describe_sampling(sampling)} | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     if not args.costs_only:
         t0 = time.perf_counter()
         for R in args.batch:
-            result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens)
+            result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens, sampling,
+                                                args.seed)
             print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
         names = list(next(iter(result["batch"].values())))
         spec = [n for n in names if n.startswith("dflash")]
@@ -165,11 +202,13 @@ def main(argv=None):
                 same = "dflash " + loop.split()[-1]
                 print(f"  batch 1: {same} (batched code) / {loop}: "
                       f"{res[same]['tokens_per_s'] / res[loop]['tokens_per_s']:.2f}x")
-        bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items() if not a["matches_plain"]]
-        print("greedy outputs identical to plain batched decoding everywhere: "
-              f"{'NO: ' + str(bad) if bad else 'yes'}")
-    tables = cost_tables(target, drafter)
-    print("\n" + format_costs(tables))
+        if sampling is None:
+            bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items()
+                   if not a["matches_plain"]]
+            print("greedy outputs identical to plain batched decoding everywhere: "
+                  f"{'NO: ' + str(bad) if bad else 'yes'}")
+    tables = cost_tables(target, drafter, sampled=sampling is not None)
+    print("\n" + format_costs(tables, "greedy" if sampling is None else "sampled"))
     result.update(step_costs=tables)
     if args.json:
         with open(args.json, "w") as f:
