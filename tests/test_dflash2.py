@@ -201,7 +201,7 @@ def trained():
     seqs = generate_sequences(target, ids, n_seqs=96, prompt_len=4, gen_len=44, batch_size=48,
                               log=lambda *_: None)
     d = tiny_dflash2(target, seed=5, block_size=16, top_k=8)
-    how = DraftTraining(steps=150, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6)
+    how = DraftTraining(steps=80, batch_size=8, n_anchors=8, lr=1e-2, min_anchor=3, log_every=10**6)
     hist = train_drafter(d, seqs[:80], how)
     return dict(target=target, drafter=d, untrained=tiny_dflash2(target, seed=5, block_size=16, top_k=8),
                 hist=hist, held_out=seqs[80:], prompts=[s[:4] for s in seqs[80:].tolist()[:6]])
