@@ -24,7 +24,7 @@ from functools import partial
 import torch
 
 from .batch_policy import BatchBlockSize
-from .block_policy import block_sizes
+from .block_policy import block_sizes, prior
 from .loop import SpecStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
 from .sampling import next_token
@@ -65,7 +65,8 @@ class SpecBatch(PlainBatch):
                          generator, layer_ids=drafter.config.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
         costs_at = partial(batch_costs, drafter, sampled=temperature > 0)   # rows -> costs
-        self.sizer = BatchBlockSize(B, costs_at) if self.auto else block_sizes(block_size, B)
+        self.sizer = BatchBlockSize(B, costs_at, prior(temperature > 0)) if self.auto else \
+            block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
         self.context = drafter.new_rows(len(prompts), self.max_len)   # the drafter's context, row by row

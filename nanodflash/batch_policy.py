@@ -12,7 +12,7 @@ The costs are measured on the decoding models (step_costs.py) at the COST_ROWS r
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
 """
 
-from .block_policy import AdaptiveBlockSize, best_block
+from .block_policy import PRIOR_ALPHA, AdaptiveBlockSize, best_block
 
 COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
@@ -36,7 +36,8 @@ def costs_for_rows(rows, costs_at):
 class BatchBlockSize:
     """Block sizes for one batched generation: `next_for(rows)` before a step, `update(rows, pairs)` after it,
     rows being the ids of the rows in the step (batch.py: their prompts' indices). costs_at(R) gives the
-    measured table at one of COST_ROWS.
+    measured table at one of COST_ROWS; alpha: the acceptance assumed before a row's first step
+    (block_policy.prior).
 
     >>> sizer = BatchBlockSize(4, {1: [1.0, 1.4, 1.6, 1.8], 2: [1.0, 1.4, 1.6, 1.8]}.get)
     >>> sizer.next_for([0, 1])                          # the prior: 75% of drafts accepted, 3 drafts pay
@@ -47,14 +48,14 @@ class BatchBlockSize:
     (1, 4)
     """
 
-    def __init__(self, max_block_size, costs_at):
-        self.max_block_size, self.costs_at = max_block_size, costs_at
+    def __init__(self, max_block_size, costs_at, alpha=PRIOR_ALPHA):
+        self.max_block_size, self.costs_at, self.alpha = max_block_size, costs_at, alpha
         self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
         self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
 
     def row(self, r):
         if r not in self.counts:
-            self.counts[r] = AdaptiveBlockSize(self.max_block_size, costs=None)
+            self.counts[r] = AdaptiveBlockSize(self.max_block_size, costs=None, alpha=self.alpha)
         return self.counts[r]
 
     def costs(self, n_rows):

@@ -12,7 +12,8 @@ It drafts the n in 1..B-1 that maximises E(n) / cost(n), or nothing at all (a pl
 even that n does not pay: E(n) / cost(n) <= E(0) / cost(0) = 1.
 
 a_k is counted per slot in this generation (accepted at slot k / steps whose verifier reached slot k), recent
-steps weighing more (DECAY), starting from a prior of 0.75. Per slot, because acceptance is not one coin per
+steps weighing more (DECAY), starting from a prior of 0.75 (0.5 when sampling: a sampled draft is kept less
+often). Per slot, because acceptance is not one coin per
 slot: a block whose first drafts were right is more likely right further on, so one pooled rate would
 undercount the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the
 rate of the slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the
@@ -29,6 +30,7 @@ verifier is exact for any number of drafts (each step is a valid speculative ste
 
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
+SAMPLED_PRIOR_ALPHA = 0.5   # the same when sampling: the sampling drafter keeps 0.55 of its slots at T=0.7
 SHRINK = 2.0        # a slot's rate is its counts plus the previous slot's rate worth this many slots
 
 
@@ -52,14 +54,20 @@ def expected_tokens(rates):
     return tokens
 
 
-def block_sizes(block_size, max_block_size, costs=None):
+def prior(sampled):
+    """The acceptance `auto` assumes before any step: PRIOR_ALPHA, SAMPLED_PRIOR_ALPHA when sampling."""
+    return SAMPLED_PRIOR_ALPHA if sampled else PRIOR_ALPHA
+
+
+def block_sizes(block_size, max_block_size, costs=None, sampled=False):
     """The block size of every step, as one object: `next()` before a step,
     `update(n_drafts, n_accepted)` after.
 
     block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto".
-    costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.costs_for)."""
+    costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.costs_for); sampled:
+    whether the run samples (the prior)."""
     if block_size == "auto":
-        return AdaptiveBlockSize(max_block_size, costs())
+        return AdaptiveBlockSize(max_block_size, costs(), alpha=prior(sampled))
     B = max_block_size if block_size is None else block_size
     if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
         raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter "

@@ -124,7 +124,7 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
-                        costs=lambda: costs_for(drafter, 1, sampled=temperature > 0))
+                        costs=lambda: costs_for(drafter, 1, sampled=temperature > 0), sampled=temperature > 0)
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
     stats = SpecStats(target_cache=cache, draft_cache=dcache)

@@ -39,6 +39,19 @@ def test_expected_tokens_per_step_matches_a_simulation_of_the_acceptance_model(a
         f"alpha={alpha}, n={n}: E(n) {model:.3f} but a simulation gives {simulated:.3f}"
 
 
+def test_a_sampled_run_assumes_fewer_kept_drafts_before_its_first_step():
+    # at 0.75 per slot 3 drafts pay (E 2.73 for a cost of 2.2); at 0.5 no n does (1.5 / 1.6, 1.75 / 1.9,
+    # 1.875 / 2.2): a sampled run, batched or not, starts with plain steps on this table
+    from nanodflash.batch_policy import BatchBlockSize
+    costs = [1.0, 1.6, 1.9, 2.2]
+    assert block_policy.block_sizes("auto", 4, lambda: costs).next() == 4, "greedy: the prior 0.75 drafts 3"
+    assert block_policy.block_sizes("auto", 4, lambda: costs, sampled=True).next() == 1, \
+        "sampled: the prior 0.5 should take a plain step"
+    assert BatchBlockSize(4, {2: costs}.get, block_policy.prior(True)).next_for([0, 1]) == 1, \
+        "a sampled batch starts from the same prior"
+    assert BatchBlockSize(4, {2: costs}.get, block_policy.prior(False)).next_for([0, 1]) == 4
+
+
 def test_blocks_grow_with_acceptance_and_shrink_as_slots_cost_more():
     by_alpha = [AdaptiveBlockSize(16, COSTS, alpha=a).next() for a in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
     assert by_alpha == sorted(by_alpha) and by_alpha[0] < by_alpha[-1] == 16, \
