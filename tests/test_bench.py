@@ -376,8 +376,12 @@ def test_bench_batch_samples_with_the_sampling_drafter_at_small_blocks_and_its_s
     assert list(rows["2"]) == ["plain", "dflash B=2", "dflash B=4", "dflash B=8", "dflash B=auto"], \
         f"the sampled block sizes: {list(rows['2'])}"
     assert {"batch-1 loop B=4", "batch-1 loop B=auto"} <= set(rows["1"]), f"batch 1's loop: {list(rows['1'])}"
-    assert all(a["matches_plain"] is None and a["tokens"] == 2 * 8 for a in rows["2"].values()), \
-        f"every method samples every token of both prompts: {rows['2']}"
+    runs = bench_batch.MIN_RUNS                          # one batch of both prompts, run MIN_RUNS times
+    assert all(a["matches_plain"] is None and a["tokens"] == runs * 2 * 8 for a in rows["2"].values()), \
+        f"every method samples every token of both prompts in every pass: {rows['2']}"
+    auto = rows["2"]["dflash B=auto"]
+    assert rows["2"]["plain"]["pass_ratios"] == [1.0] * runs and len(auto["pass_ratios"]) == runs, \
+        f"each pass's ratio to plain: {auto}"
 
 
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):

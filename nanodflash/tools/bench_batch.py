@@ -6,7 +6,8 @@ run.
     python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs B=auto uses
 
 For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
-into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up.
+into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up,
+and where that makes fewer than MIN_RUNS timed runs per method, the batches run again (passes).
 Methods: plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16
 and auto, greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
 bar. With --temperature: the same sampled (the run's sampling drafter, the rejection verifier, B = 2, 4, 8
@@ -35,6 +36,8 @@ from .measure import bench_flags, bench_prompts, interleaved, machine
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 GREEDY_B, SAMPLED_B = (4, 8, 16, "auto"), (2, 4, 8, "auto")    # the block sizes compared
+MIN_RUNS = 4        # timed runs of each method at a batch size: with fewer batches than this, each batch runs
+                    # again (a pass), the order rotated, so one slow moment of the machine does not decide
 
 
 def methods(drafter, sampling):
@@ -58,31 +61,36 @@ def batch1_methods(drafter, sampling):
 
 
 def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED):
-    """{method name: dict(tokens, seconds, tau, repetition, matches_plain)} over the prompts in batches of R,
-    interleaved; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py).
-    sampling: dict(temperature, top_p) to sample (batch j's methods each draw from a generator seeded
-    seed + j; matches_plain is then None), None for greedy."""
+    """{method name: dict(tokens, seconds, tau, repetition, matches_plain, pass_ratios)} over the prompts in
+    batches of R, interleaved, in enough passes over the batches that each method is timed MIN_RUNS times;
+    `repetition`: of the method's outputs, the text its τ was measured on (repetition.py); pass_ratios: its
+    tokens/s over plain's in each pass. sampling: dict(temperature, top_p) to sample (the j-th batch run
+    draws from a generator seeded seed + j, the same for every method; matches_plain is then None), None for
+    greedy."""
     sampling = sampling or {}
     ms = methods(drafter, sampling) + (batch1_methods(drafter, sampling) if R == 1 else [])
     device = next(target.parameters()).device
     chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
+    passes = -(-MIN_RUNS // len(chunks))                           # ceil(MIN_RUNS / batches)
 
     def generator(j):
         return torch.Generator().manual_seed(seed + j) if sampling else None
 
     for _, fn in ms:                                               # warm-up: allocation, first-call costs
         fn(target, drafter, chunks[0], 8, generator(0))
-    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True)
-           for name, _ in ms}
-    outputs = [{} for _ in chunks]                                 # per chunk: method name -> rows' tokens
+    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True,
+                      pass_seconds=[0.0] * passes, pass_tokens=[0] * passes) for name, _ in ms}
+    outputs = [{} for _ in chunks * passes]                        # per batch run: method -> rows' tokens
 
     def run(method, chunk, j):
         return method[1](target, drafter, chunk, max_new_tokens, generator(j))
 
-    for j, (name, _), (out, stats), dt in interleaved(ms, chunks, run, device):
+    for j, (name, _), (out, stats), dt in interleaved(ms, chunks * passes, run, device):
         a = acc[name]
         a["seconds"] += dt
         a["tokens"] += sum(map(len, out))
+        a["pass_seconds"][j // len(chunks)] += dt
+        a["pass_tokens"][j // len(chunks)] += sum(map(len, out))
         if stats is not None:
             a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
             a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
@@ -94,7 +102,11 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
     if sampling:                                   # sampled outputs differ from plain's by design
         for a in acc.values():
             a["matches_plain"] = None
+    plain_rates = [t / s for t, s in zip(acc["plain"]["pass_tokens"], acc["plain"]["pass_seconds"])]
     for a in acc.values():
+        a["pass_ratios"] = [t / s / p for t, s, p in zip(a["pass_tokens"], a["pass_seconds"], plain_rates)]
+    for a in acc.values():
+        del a["pass_tokens"], a["pass_seconds"]
         a["tokens_per_s"] = a["tokens"] / a["seconds"]
         a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
         a["repetition"] = pooled_repetition(a.pop("outs"))
@@ -194,8 +206,10 @@ def main(argv=None):
             res, fixed = result["batch"][R], [n for n in spec if n != "dflash B=auto"]
             best = max(fixed, key=lambda n: res[n]["tokens_per_s"])
             rate = res["dflash B=auto"]["tokens_per_s"]
-            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x, auto / best "
-                  f"fixed ({best}) {rate / res[best]['tokens_per_s']:.2f}x")
+            ratios = res["dflash B=auto"]["pass_ratios"]
+            spread = f" [{min(ratios):.2f}-{max(ratios):.2f} in {len(ratios)} passes]" * (len(ratios) > 1)
+            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x{spread}, auto / "
+                  f"best fixed ({best}) {rate / res[best]['tokens_per_s']:.2f}x")
         if 1 in result["batch"]:
             res = result["batch"][1]
             for loop in [n for n in res if n.startswith("batch-1 loop")]:
