@@ -13,12 +13,12 @@ even that n does not pay: E(n) / cost(n) <= E(0) / cost(0) = 1.
 
 a_k is counted per slot in this generation (accepted at slot k / steps whose verifier reached slot k), recent
 steps weighing more (DECAY), starting from a prior of 0.75 (0.5 when sampling: a sampled draft is kept less
-often). Per slot, because acceptance is not one coin per
-slot: a block whose first drafts were right is more likely right further on, so one pooled rate would
-undercount the long blocks. A slot with little evidence (the ones past the blocks drafted lately) borrows the
-rate of the slot before it (SHRINK). Plain steps measure nothing, so during them the counts relax toward the
-prior and drafting is retried now and then. For example, with a 1-draft step costing 1.3 steps without
-drafts and each more slot 2.5% of that (`linear_costs`), and the same rate in every slot:
+often). Per slot, because acceptance is not one coin per slot: a block whose first drafts were right is more
+likely right further on, so one pooled rate would undercount the long blocks. A slot with little evidence
+(the ones past the blocks drafted lately) borrows the rate of the slot before it (SHRINK). Plain steps
+measure nothing, so during them the counts relax toward the prior and drafting is retried now and then. For
+example, with a 1-draft step costing 1.3 steps without drafts and each more slot 2.5% of that
+(`linear_costs`), and the same rate in every slot:
 
     >>> costs = linear_costs(16, step_cost=1.3, slot_cost=0.025)
     >>> [AdaptiveBlockSize(16, costs, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]  # anchor + n drafts
