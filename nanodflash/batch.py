@@ -86,7 +86,8 @@ class SpecBatch(PlainBatch):
         if self.temperature == 0:                                   # greedy: every row at once
             padded = torch.full((len(drafts), logits.size(1) - 1), -1)   # (R, T-1); -1 matches no token
             for r, dr in enumerate(drafts):
-                padded[r, : dr.numel()] = dr
+                if dr.numel():                                      # (a row without drafts: nothing to copy)
+                    padded[r, : dr.numel()] = dr
             n_acc, bonus = greedy_verify(padded.to(logits.device), logits)           # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
@@ -116,7 +117,8 @@ class SpecBatch(PlainBatch):
         block = torch.zeros(R, T, dtype=torch.long)                # (R, T): anchor, drafts, padding
         block[:, 0] = anchors
         for r, dr in enumerate(drafts):
-            block[r, 1 : 1 + dr.numel()] = dr
+            if dr.numel():                 # a copy per row costs a few tensor operations even when empty
+                block[r, 1 : 1 + dr.numel()] = dr
         with st.timer("verify_time"):
             logits, feats = self.forward(block.to(self.device))                      # verify every block
             results = self.verify(drafts, qs, logits, sizes)
