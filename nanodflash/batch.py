@@ -81,14 +81,11 @@ class SpecBatch(PlainBatch):
         with self.stats.timer("prefill_time"):
             self.context.extend(*super().prefill())
 
-    def verify(self, drafts, qs, logits, sizes):
-        """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]."""
+    def verify(self, drafted, drafts, qs, logits, sizes):
+        """(n_accepted, bonus) per row from the target's logits (R, T, V) of [anchor, drafts...]; drafted:
+        (R, T-1) every row's drafts, -1 past them."""
         if self.temperature == 0:                                   # greedy: every row at once
-            padded = torch.full((len(drafts), logits.size(1) - 1), -1)   # (R, T-1); -1 matches no token
-            for r, dr in enumerate(drafts):
-                if dr.numel():                                      # (a row without drafts: nothing to copy)
-                    padded[r, : dr.numel()] = dr
-            n_acc, bonus = greedy_verify(padded.to(logits.device), logits)           # (R,) each
+            n_acc, bonus = greedy_verify(drafted.to(logits.device), logits)          # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
         if logits.size(1) == 1:         # no row drafted: each row's next token, drawn for all rows at once
@@ -114,14 +111,14 @@ class SpecBatch(PlainBatch):
                 drafts, qs = self.context.draft(anchors, T, sizes, self.choose)
             else:
                 drafts, qs = [NO_DRAFTS] * R, [None] * R
-        block = torch.zeros(R, T, dtype=torch.long)                # (R, T): anchor, drafts, padding
-        block[:, 0] = anchors
+        drafted = torch.full((R, T - 1), -1)        # (R, T-1): each row's drafts; -1 (no token) past them
         for r, dr in enumerate(drafts):
             if dr.numel():                 # a copy per row costs a few tensor operations even when empty
-                block[r, 1 : 1 + dr.numel()] = dr
+                drafted[r, : dr.numel()] = dr
+        block = torch.cat([anchors.cpu()[:, None], drafted.clamp(min=0)], 1)     # (R, T): anchor, drafts, 0s
         with st.timer("verify_time"):
             logits, feats = self.forward(block.to(self.device))                      # verify every block
-            results = self.verify(drafts, qs, logits, sizes)
+            results = self.verify(drafted, drafts, qs, logits, sizes)
         new = [step_tokens(dr[:n_acc].tolist(), bonus, n, self.stops)
                for dr, (n_acc, bonus), n in zip(drafts, results, left)]
         for r, n, tokens, (n_acc, _) in zip(self.rows, sizes, new, results):
