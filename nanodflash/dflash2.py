@@ -196,9 +196,9 @@ class DFlash2Layer(DrafterLayer):
 
     def forward(self, x, ctx_k, ctx_v, cos, sin, mask):
         u, taps = self.attention_conv.prepare(self.input_layernorm(x))           # mix the block's slots in
-        k, v = self.self_attn.key_value(u, cos, sin)                              # (N, Hkv, T, hd)
+        q, k, v = self.self_attn.project(u, cos, sin)                             # k, v (N, Hkv, T, hd)
         keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # (N, Hkv, S+T, hd)
-        y = self.self_attn.attend(self.self_attn.query(u, cos, sin), keys, values, mask)
+        y = self.self_attn.attend(q, keys, values, mask)
         x = x + self.attention_conv.finish(y, taps)                               # ... and attention's output
         u, taps = self.mlp_conv.prepare(self.post_attention_layernorm(x))
         return x + self.mlp_conv.finish(self.mlp(u), taps), k, v

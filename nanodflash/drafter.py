@@ -95,9 +95,9 @@ class DrafterLayer(Block):
 
     def forward(self, x, ctx_k, ctx_v, cos, sin, mask):
         h = self.input_layernorm(x)
-        k, v = self.self_attn.key_value(h, cos, sin)                               # (N, Hkv, T, hd)
+        q, k, v = self.self_attn.project(h, cos, sin)                              # k, v (N, Hkv, T, hd)
         keys, values = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)  # (N, Hkv, S+T, hd)
-        x = x + self.self_attn.attend(self.self_attn.query(h, cos, sin), keys, values, mask)
+        x = x + self.self_attn.attend(q, keys, values, mask)
         return x + self.mlp(self.post_attention_layernorm(x)), k, v
 
 

@@ -80,10 +80,10 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, mask, cache, layer, start):
         h = self.input_layernorm(x)
-        k, v = self.self_attn.key_value(h, cos, sin)
+        q, k, v = self.self_attn.project(h, cos, sin)
         if cache is not None:
             k, v = cache.write(layer, start, k, v)                          # all keys up to the new ones
-        x = x + self.self_attn.attend(self.self_attn.query(h, cos, sin), k, v, mask)
+        x = x + self.self_attn.attend(q, k, v, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

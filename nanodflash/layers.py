@@ -22,6 +22,33 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)   # the formula above, in one op
 
 
+class Stacked:
+    """One tensor built from some weights, `build(*weights)` (torch.cat: several projections as one matmul),
+    kept while the weights stay as they are. It is built again when one of them is another tensor (`.to()`,
+    `.double()`) or was written in place (its version counter moved: an optimizer step, load_state_dict), and
+    on every call while gradients flow to them (training), so a stale copy is never used.
+
+    >>> a, b = torch.ones(1, 2), torch.zeros(1, 2)
+    >>> stack = Stacked(lambda *w: torch.cat(w))
+    >>> stack(a, b).tolist()
+    [[1.0, 1.0], [0.0, 0.0]]
+    >>> _ = b.add_(1)
+    >>> stack(a, b).tolist()                           # b changed in place: built again
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+    def __init__(self, build):
+        self.build, self.key, self.value = build, None, None
+
+    def __call__(self, *weights):
+        if torch.is_grad_enabled() and any(w.requires_grad for w in weights):
+            return self.build(*weights)
+        key = [(w.data_ptr(), w._version, w.dtype, w.device) for w in weights]
+        if key != self.key:
+            self.key, self.value = key, self.build(*weights)
+        return self.value
+
+
 def rope_cos_sin(positions, head_dim, theta, dtype):
     """cos, sin for integer `positions` (any shape P...) -> (P..., head_dim), rotate-half layout.
 
@@ -63,15 +90,22 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
+def per_head(n_q, n_kv):
+    """A Stacked build: the q_norm weight once per query head, then the k_norm weight once per key head."""
+    return lambda q, k: torch.cat([q.expand(n_q, -1), k.expand(n_kv, -1)])                # (n_q + n_kv, hd)
+
+
 class MLP(nn.Module):
     def __init__(self, dim, hidden):
         super().__init__()
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.gate_up = Stacked(lambda *w: torch.cat(w))        # gate and up as one matmul, then split
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = F.linear(x, self.gate_up(self.gate_proj.weight, self.up_proj.weight)).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class AttentionProjections(nn.Module):
@@ -88,17 +122,38 @@ class AttentionProjections(nn.Module):
         self.o_proj = nn.Linear(n_head * self.head_dim, dim, bias=False)
         self.q_norm = RMSNorm(self.head_dim, eps)
         self.k_norm = RMSNorm(self.head_dim, eps)
+        # project's stacked weights, with the queries and without: [W_q,] W_k, W_v; each head's norm weight
+        self.stacks = {with_query: (Stacked(lambda *w: torch.cat(w)),
+                                    Stacked(per_head(n_head * with_query, n_kv_head)))
+                       for with_query in (True, False)}
 
-    def _heads(self, x, n):
+    def project(self, x, cos, sin, with_query=True):
+        """x (B, T, D) -> q (B, H, T, hd) when with_query, then k, v (B, Hkv, T, hd):
+
+            q = RoPE(q_norm(W_q x)),  k = RoPE(k_norm(W_k x)),  v = W_v x
+
+        The projections run as one matmul (their weights stacked), q and k are normed and rotated together
+        (each head on its own, so the numbers are the separate ones'): 3 operations where 13 would do the
+        same, and at batch 1 a small model's forward on a CPU is mostly per-operation overhead."""
         B, T, _ = x.shape
-        return x.view(B, T, n, self.head_dim).transpose(1, 2)           # (B, T, n*hd) -> (B, n, T, hd)
+        n_q, n_kv, hd = self.n_head if with_query else 0, self.n_kv_head, self.head_dim
+        W, g = self.stacks[with_query]
+        heads = F.linear(x, W(*self.weights(with_query))).view(B, T, n_q + 2 * n_kv, hd)   # (B, T, n, hd)
+        qk, v = heads.split([n_q + n_kv, n_kv], dim=2)
+        norm_weight = g(self.q_norm.weight, self.k_norm.weight)                    # (n_q + n_kv, hd)
+        qk = F.rms_norm(qk, (hd,), eps=self.k_norm.eps) * norm_weight
+        qk = apply_rope(qk.transpose(1, 2), cos, sin)                     # (B, T, n, hd) -> (B, n, T, hd)
+        v = v.transpose(1, 2)                                                       # (B, n_kv, T, hd)
+        return (*qk.split([n_q, n_kv], dim=1), v) if with_query else (qk, v)
 
-    def query(self, x, cos, sin):
-        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.n_head)), cos, sin)
+    def weights(self, with_query):
+        """The projections' weights project stacks: [W_q,] W_k, W_v."""
+        kv = [self.k_proj.weight, self.v_proj.weight]
+        return [self.q_proj.weight, *kv] if with_query else kv
 
     def key_value(self, x, cos, sin):
-        k = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.n_kv_head)), cos, sin)
-        return k, self._heads(self.v_proj(x), self.n_kv_head)
+        """k, v (B, Hkv, T, hd) of x: project without the queries (the drafter's context)."""
+        return self.project(x, cos, sin, with_query=False)
 
     def attend(self, q, k, v, mask=None):
         """q: (B, H, Tq, hd), k/v: (B, Hkv, Tk, hd), mask: bool (.., Tq, Tk), True = may attend."""

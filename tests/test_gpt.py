@@ -5,7 +5,7 @@ import torch
 from helpers import tiny_target
 from nanodflash.data import load_corpus, split_train_val
 from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.layers import RopeTable, rope_cos_sin
+from nanodflash.layers import AttentionProjections, RopeTable, apply_rope, rope_cos_sin
 from nanodflash.speculative import generate
 from nanodflash.train import estimate_loss, train_target
 
@@ -89,3 +89,61 @@ def test_the_rope_table_looks_up_exactly_what_rope_cos_sin_computes():
         for dtype in (torch.float32, torch.float64):
             for got, want in zip(table(positions, dtype), rope_cos_sin(positions, 16, 10000.0, dtype)):
                 assert got.dtype == dtype and torch.equal(got, want), f"table differs at {positions.tolist()}"
+
+
+def separate_projections(attn, x, cos, sin):
+    """The projection equations one weight at a time, as docs/design.md writes them: q = RoPE(q_norm(W_q x)),
+    k = RoPE(k_norm(W_k x)), v = W_v x, each (B, heads, T, hd)."""
+    B, T, _ = x.shape
+    def heads(y):
+        return y.view(B, T, -1, attn.head_dim).transpose(1, 2)             # (B, T, n*hd) -> (B, n, T, hd)
+    q = apply_rope(attn.q_norm(heads(attn.q_proj(x))), cos, sin)
+    k = apply_rope(attn.k_norm(heads(attn.k_proj(x))), cos, sin)
+    return q, k, heads(attn.v_proj(x))
+
+
+def test_one_stacked_projection_gives_the_numbers_of_three_separate_ones():
+    """In float32 bit for bit (each output column is the same dot product); queries and keys of grouped
+    attention (4 query heads, 2 key heads) normed with their own weights."""
+    torch.manual_seed(0)
+    attn = AttentionProjections(64, n_head=4, n_kv_head=2, head_dim=16)
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)                # norm weights of their own, not ones
+        attn.k_norm.weight.uniform_(0.5, 1.5)
+        x = torch.randn(3, 9, 64)
+        cos, sin = RopeTable(32, 16, 10000.0)(torch.arange(9), torch.float32)
+        for got, want, name in zip(attn.project(x, cos, sin), separate_projections(attn, x, cos, sin), "qkv"):
+            assert torch.equal(got, want), f"stacked {name} differs from the separate projection's"
+        for got, want, name in zip(attn.key_value(x, cos, sin), separate_projections(attn, x, cos, sin)[1:],
+                                   "kv"):
+            assert torch.equal(got, want), f"{name} without the queries differs from the separate one's"
+
+
+def test_a_forward_after_a_training_step_uses_the_new_weights():
+    """The stacked weights are kept between inference forwards: an optimizer step (weights written in place),
+    a load_state_dict and a change of dtype must each be seen by the next forward."""
+    target = tiny_target(seed=7)
+    x = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
+
+    def fresh_logits():
+        copy = GPT(target.config).to(next(target.parameters()).dtype)
+        copy.load_state_dict(target.state_dict())            # the same weights, nothing stacked yet
+        with torch.no_grad():
+            return copy(x)[0]
+    with torch.no_grad():
+        before = target(x)[0]                                # stacks the weights
+    target.train()
+    opt = torch.optim.SGD(target.parameters(), lr=0.5)
+    target(x)[0].logsumexp(-1).mean().backward()
+    opt.step()
+    target.eval()
+    with torch.no_grad():
+        after = target(x)[0]
+    assert not torch.equal(after, before), "the training step changed nothing: the check cannot fail"
+    assert torch.equal(after, fresh_logits()), "a forward after an optimizer step used old stacked weights"
+    with torch.no_grad():
+        target.load_state_dict(tiny_target(seed=8).state_dict())
+        assert torch.equal(target(x)[0], fresh_logits()), "a forward after load_state_dict used old weights"
+        target.float()
+        assert target(x)[0].dtype == torch.float32 and torch.equal(target(x)[0], fresh_logits()), \
+            "a forward after a change of dtype used the old stacked weights"
