@@ -49,7 +49,16 @@ class KVCache:
         # not zeroed: positions >= length are never read, so zeroing would be work for nothing
         self.k = torch.empty(shape, device=device, dtype=dtype)
         self.v = torch.empty(shape, device=device, dtype=dtype)
+        self.by_layer = self.layer_views()
         self.max_len, self.length = max_len, 0
+
+    def layer_views(self):
+        """[(k, v)] per layer, each (batch, Hkv, max_len, hd): views of k and v made once, so a write slices
+        one layer's tensor instead of indexing the whole cache (4 tensor operations a layer fewer). Made with
+        gradients on: torch lets such a view be written with them off or on, while one made under no_grad (in
+        a decoder) could not be written by a forward with gradients later."""
+        with torch.enable_grad():
+            return [(self.k[i], self.v[i]) for i in range(self.k.size(0))]
 
     def crop(self, n):
         if not 0 <= n <= self.length:
@@ -61,13 +70,14 @@ class KVCache:
         end = start + k.size(2)
         if end > self.max_len:
             raise ValueError(f"KV cache overflow: position {end - 1} does not fit max_len={self.max_len}")
-        self.k[layer, :, :, start:end] = k
-        self.v[layer, :, :, start:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        keys, values = self.by_layer[layer]
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
     def prefix(self, n):
         """Every layer's keys/values of positions 0..n-1, as views: [(k, v)], each (batch, Hkv, n, hd)."""
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.by_layer]
 
 
 class Block(nn.Module):

@@ -57,10 +57,11 @@ class RaggedKVCache(KVCache):
         if min(self.lengths) == start:      # every row at the same length: a slice, as at batch 1
             return super().write(layer, start, k, v)
         index = self.positions(k.size(2))[:, None, :, None].expand_as(k)                    # (R, Hkv, t, hd)
-        self.k[layer].scatter_(2, index, k)
-        self.v[layer].scatter_(2, index, v)
+        keys, values = self.by_layer[layer]
+        keys.scatter_(2, index, k)
+        values.scatter_(2, index, v)
         end = start + k.size(2)
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        return keys[:, :, :end], values[:, :, :end]
 
     def advance(self, counts):
         self.lengths = [n + c for n, c in zip(self.lengths, counts)]
@@ -75,5 +76,6 @@ class RaggedKVCache(KVCache):
                 self.k[:, p, :, : self.lengths[i]] = self.k[:, i, :, : self.lengths[i]]
                 self.v[:, p, :, : self.lengths[i]] = self.v[:, i, :, : self.lengths[i]]
         self.k, self.v = self.k[:, : len(order)], self.v[:, : len(order)]
+        self.by_layer = self.layer_views()
         self.lengths = [self.lengths[i] for i in order]
         self.length = max(self.lengths)
