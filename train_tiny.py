@@ -224,7 +224,7 @@ def calibrate_stage(args, target, drafter, sampler):
         print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
         seconds = 0.0
     else:
-        entry = dict(calibrate(target, drafter, args.calibrate_calls), target=target.fingerprint())
+        entry = calibrate(target, drafter, args.calibrate_calls)
         print(f"[calibrate] {describe(key)}: {entry['seconds']:.0f}s -> "
               f"{run_folder.write_costs(args.out, entry)}")
         seconds = entry["seconds"]

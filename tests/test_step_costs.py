@@ -69,6 +69,8 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
     drafter = tiny_drafter(target, seed=11, block_size=8)
     entry = calibrate(target, drafter, n_calls=3, rows=(1, 2), log=lambda line: None)
     assert entry["key"] == cost_key(target) and entry["block_size"] == 8, entry["key"]
+    assert entry["target"] == target.fingerprint(), \
+        "the table must name the target it timed: train_tiny.py keeps a table of its own target only"
     tables = entry["costs"]
     for table in [tables[kind][rows] for kind in ("greedy", "sampled") for rows in ("1", "2")]:
         assert len(table) == 8 and table[0] == 1.0 and all(c > 0 for c in table), \

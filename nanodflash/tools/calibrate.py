@@ -157,7 +157,8 @@ def processor():
 
 def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print):
     """Time the steps and return costs.json's entry for this machine: {key, machine, measured, seconds,
-    block_size, costs: {"greedy": {rows: [cost(n)...]}, "sampled": {rows: [...]}}}."""
+    block_size, target (the fingerprint of the target timed), costs: {"greedy": {rows: [cost(n)...]},
+    "sampled": {rows: [...]}}}."""
     t0, B = time.perf_counter(), drafter.config.block_size
     device = next(target.parameters()).device
     greedy, sampled = {}, {}
@@ -170,6 +171,7 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print):
                 f"costs {table[str(R)][-1]:.2f} steps without drafts")
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
     return dict(key=cost_key(target), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
+                target=target.fingerprint(),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
 
