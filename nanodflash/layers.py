@@ -23,13 +23,14 @@ class RMSNorm(nn.Module):
 
 
 class Stacked:
-    """One tensor built from some weights, `build(*weights)` (torch.cat: several projections as one matmul),
-    kept while the weights stay as they are. It is built again when one of them is another tensor (`.to()`,
-    `.double()`) or was written in place (its version counter moved: an optimizer step, load_state_dict), and
-    on every call while gradients flow to them (training), so a stale copy is never used.
+    """One tensor built from some weights, `build(*weights)` (by default torch.cat: several projections as one
+    matmul), kept while the weights stay as they are. It is built again when one of them is another tensor
+    (`.to()`, `.double()`) or was written in place (its version counter moved: an optimizer step,
+    load_state_dict), and on every call while gradients flow to them (training), so a stale copy is never
+    used.
 
     >>> a, b = torch.ones(1, 2), torch.zeros(1, 2)
-    >>> stack = Stacked(lambda *w: torch.cat(w))
+    >>> stack = Stacked()                              # torch.cat of the weights
     >>> stack(a, b).tolist()
     [[1.0, 1.0], [0.0, 0.0]]
     >>> _ = b.add_(1)
@@ -37,7 +38,7 @@ class Stacked:
     [[1.0, 1.0], [1.0, 1.0]]
     """
 
-    def __init__(self, build):
+    def __init__(self, build=lambda *weights: torch.cat(weights)):
         self.build, self.key, self.value = build, None, None
 
     def __call__(self, *weights):
@@ -101,7 +102,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
-        self.gate_up = Stacked(lambda *w: torch.cat(w))        # gate and up as one matmul, then split
+        self.gate_up = Stacked()                               # gate and up as one matmul, then split
 
     def forward(self, x):
         gate, up = F.linear(x, self.gate_up(self.gate_proj.weight, self.up_proj.weight)).chunk(2, dim=-1)
@@ -123,8 +124,7 @@ class AttentionProjections(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, eps)
         self.k_norm = RMSNorm(self.head_dim, eps)
         # project's stacked weights, with the queries and without: [W_q,] W_k, W_v; each head's norm weight
-        self.stacks = {with_query: (Stacked(lambda *w: torch.cat(w)),
-                                    Stacked(per_head(n_head * with_query, n_kv_head)))
+        self.stacks = {with_query: (Stacked(), Stacked(per_head(n_head * with_query, n_kv_head)))
                        for with_query in (True, False)}
 
     def project(self, x, cos, sin, with_query=True):

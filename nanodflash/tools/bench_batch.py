@@ -78,8 +78,8 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
 
     for _, fn in ms:                                               # warm-up: allocation, first-call costs
         fn(target, drafter, chunks[0], 8, generator(0))
-    acc = {name: dict(tokens=0, seconds=0.0, steps=0, emitted=0, outs=[], matches_plain=True,
-                      pass_seconds=[0.0] * passes, pass_tokens=[0] * passes) for name, _ in ms}
+    acc = {name: dict(steps=0, emitted=0, outs=[], matches_plain=True, pass_seconds=[0.0] * passes,
+                      pass_tokens=[0] * passes) for name, _ in ms}
     outputs = [{} for _ in chunks * passes]                        # per batch run: method -> rows' tokens
 
     def run(method, chunk, j):
@@ -87,8 +87,6 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
 
     for j, (name, _), (out, stats), dt in interleaved(ms, chunks * passes, run, device):
         a = acc[name]
-        a["seconds"] += dt
-        a["tokens"] += sum(map(len, out))
         a["pass_seconds"][j // len(chunks)] += dt
         a["pass_tokens"][j // len(chunks)] += sum(map(len, out))
         if stats is not None:
@@ -104,9 +102,9 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
             a["matches_plain"] = None
     plain_rates = [t / s for t, s in zip(acc["plain"]["pass_tokens"], acc["plain"]["pass_seconds"])]
     for a in acc.values():
-        a["pass_ratios"] = [t / s / p for t, s, p in zip(a["pass_tokens"], a["pass_seconds"], plain_rates)]
-    for a in acc.values():
-        del a["pass_tokens"], a["pass_seconds"]
+        tokens, seconds = a.pop("pass_tokens"), a.pop("pass_seconds")
+        a["pass_ratios"] = [t / s / p for t, s, p in zip(tokens, seconds, plain_rates)]
+        a["tokens"], a["seconds"] = sum(tokens), sum(seconds)
         a["tokens_per_s"] = a["tokens"] / a["seconds"]
         a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
         a["repetition"] = pooled_repetition(a.pop("outs"))
