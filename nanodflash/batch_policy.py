@@ -12,7 +12,7 @@ The costs are measured on the decoding models (step_costs.py) at the COST_ROWS r
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
 """
 
-from .block_policy import PRIOR_ALPHA, AdaptiveBlockSize, best_block
+from .block_policy import DECAY, PRIOR_ALPHA, AdaptiveBlockSize, best_block
 
 COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
@@ -52,10 +52,15 @@ class BatchBlockSize:
         self.max_block_size, self.costs_at, self.alpha = max_block_size, costs_at, alpha
         self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
         self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
+        self.least = None                # the row with the fewest expected tokens at the last full look
+        self.keep = {}                   # row id -> share of its counts kept by relaxations not yet applied
 
     def row(self, r):
+        """Row r's counts, with the relaxations of the steps without drafts since it was last read."""
         if r not in self.counts:
             self.counts[r] = AdaptiveBlockSize(self.max_block_size, costs=None, alpha=self.alpha)
+        if self.keep.get(r, 1.0) != 1.0:
+            self.counts[r].relax(1 - self.keep.pop(r))
         return self.counts[r]
 
     def costs(self, n_rows):
@@ -64,11 +69,24 @@ class BatchBlockSize:
         return self.by_rows[n_rows]
 
     def next_for(self, rows):
-        """The next step's block size for a batch of these rows: best_block of the least E_r(n) of each n."""
-        by_row = [self.row(r).expected_tokens_by_drafts() for r in rows]
-        return best_block([min(tokens) for tokens in zip(*by_row)], self.costs(len(rows)))
+        """The next step's block size for a batch of these rows: best_block of the least E_r(n) of each n.
+        The row that accepted least at the last full look is asked first: when drafting does not pay even for
+        it, it pays for no minimum over rows (min_r E_r(n) <= its E(n) at every n): the rest are skipped."""
+        costs = self.costs(len(rows))
+        if self.least in rows and best_block(self.row(self.least).expected_tokens_by_drafts(), costs) == 1:
+            return 1
+        by_row = {r: self.row(r).expected_tokens_by_drafts() for r in rows}
+        self.least = min(by_row, key=lambda r: by_row[r][-1])        # the fewest tokens from a full block
+        return best_block([min(tokens) for tokens in zip(*by_row.values())], costs)
 
     def update(self, rows, pairs):
-        """Count one step: pairs[i] = (drafts, accepted drafts) of row rows[i]."""
+        """Count one step: pairs[i] = (drafts, accepted drafts) of row rows[i]. A step without drafts only
+        relaxes every row's counts, at 1 / rows of batch 1's pace: noted per row, applied when the row is read
+        (next_for mostly reads one row)."""
+        if all(n == 0 for n, _ in pairs):
+            keep = 1 - (1 - DECAY) / len(rows)
+            for r in rows:
+                self.keep[r] = self.keep.get(r, 1.0) * keep
+            return
         for r, (n, a) in zip(rows, pairs):
             self.row(r).update(n, a, relax=1 / len(rows))

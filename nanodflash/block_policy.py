@@ -142,11 +142,19 @@ class AdaptiveBlockSize:
         drafts and the first rejected one) and accepted ones are added. A step without drafts measured
         nothing: the counts relax toward the prior instead, at `relax` times batch 1's pace (batch_policy.py
         waits longer before a retry)."""
-        fresh = 0.0 if n_drafts > 0 else relax * (1 - DECAY)      # the prior's share of the new counts
-        decay = DECAY if n_drafts > 0 else 1 - fresh
+        if n_drafts == 0:
+            self.relax(relax * (1 - DECAY))
+            return
         for k in range(len(self.reached)):                      # slot k + 1
-            self.accepted[k] = decay * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
-            self.reached[k] = decay * self.reached[k] + fresh * PRIOR_WEIGHT
+            self.accepted[k] *= DECAY
+            self.reached[k] *= DECAY
         for k in range(min(n_accepted + 1, n_drafts)):
             self.reached[k] += 1
             self.accepted[k] += k < n_accepted
+
+    def relax(self, fresh):
+        """Move every slot's counts toward the prior's: the prior's counts take this share of them. Several
+        steps without drafts compose into one call: 1 - fresh is the product of their 1 - fresh."""
+        for k in range(len(self.reached)):
+            self.accepted[k] = (1 - fresh) * self.accepted[k] + fresh * self.prior * PRIOR_WEIGHT
+            self.reached[k] = (1 - fresh) * self.reached[k] + fresh * PRIOR_WEIGHT

@@ -309,6 +309,31 @@ def test_one_row_whose_drafts_fail_stops_the_batch_drafting_until_it_is_done():
     assert sizer.next_for(range(7)) == 16, "the rows that accept every draft did not draft once alone"
 
 
+def test_the_batch_rule_chooses_what_every_row_counted_at_every_step_would_choose():
+    """BatchBlockSize reads one row per step without drafts and relaxes rows only when read; the block sizes
+    must be those of the rule written out: every row's AdaptiveBlockSize updated at every step, and
+    best_block of the least E_r(n) over all rows. Random steps, rows leaving, retries after plain steps."""
+    from nanodflash.block_policy import AdaptiveBlockSize, best_block
+    tables = {R: linear_costs(16, step_cost=1.1, slot_cost=0.01 * R) for R in COST_ROWS}
+    sizer, rows = BatchBlockSize(16, tables.get), list(range(12))
+    eager = {r: AdaptiveBlockSize(16, costs=None) for r in rows}
+    g = torch.Generator().manual_seed(0)
+    chosen = []
+    for step in range(150):
+        if step % 15 == 14:
+            rows = rows[1:]                                    # a row leaves the batch
+        expected = [min(t) for t in zip(*(eager[r].expected_tokens_by_drafts() for r in rows))]
+        T = sizer.next_for(rows)
+        assert T == best_block(expected, sizer.costs(len(rows))), f"step {step}: the rule chose otherwise"
+        chosen.append(T)
+        bad = 30 <= step < 80                                   # a spell where drafts fail
+        pairs = [(T - 1, 0 if bad else int(torch.randint(0, T, (1,), generator=g))) for _ in rows]
+        sizer.update(rows, pairs)
+        for r, (n, a) in zip(rows, pairs):
+            eager[r].update(n, a, relax=1 / len(rows))
+    assert 1 in chosen and len(set(chosen)) > 2, f"blocks {sorted(set(chosen))}: too few cases compared"
+
+
 def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
     d = drafters["dflash"]
     for fn in (lambda ps, n: generate_batch(target, ps, n),
