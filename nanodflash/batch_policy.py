@@ -7,12 +7,16 @@ end: a batch runs until its last row is done, and while a forward is mostly fixe
 left costs nearly what a full one does. So the batch finishes when the row that accepts least does, and
 drafting pays only if it pays for that row. Each row keeps its own acceptance counts (block_policy's
 AdaptiveBlockSize, one per row), and the step drafts the n maximising min over rows of E_r(n) / cost(rows, n).
+Before any row has shown what it accepts, that least row is expected to be the least of R draws from the
+prior (least_of): the more rows, the lower it sits, so a large batch drafts on evidence, not on hope.
 
 The costs are measured on the decoding models (step_costs.py) at the COST_ROWS row counts, linear in rows in
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
 """
 
-from .block_policy import DECAY, PRIOR_ALPHA, AdaptiveBlockSize, best_block
+import torch
+
+from .block_policy import DECAY, PRIOR_ALPHA, PRIOR_WEIGHT, AdaptiveBlockSize, best_block
 
 COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
@@ -33,11 +37,28 @@ def costs_for_rows(rows, costs_at):
     return [lo + w * (hi - lo) for lo, hi in zip(costs_at(below), costs_at(above))]
 
 
+def least_of(rows, alpha, weight=PRIOR_WEIGHT, points=10_000):
+    """The expected acceptance of the least of `rows` rows, each drawn from the prior: a Beta distribution of
+    mean alpha worth `weight` slots of evidence (the counts AdaptiveBlockSize starts from). E[min] is the
+    integral of P(all rows > x) = (1 - F(x))^rows over [0, 1], F the prior's CDF (midpoint rule).
+
+    >>> least_of(1, 0.75), round(least_of(2, 0.75), 2), round(least_of(32, 0.75), 2)
+    (0.75, 0.64, 0.28)
+    """
+    if rows == 1:
+        return alpha
+    x = (torch.arange(points, dtype=torch.float64) + 0.5) / points          # midpoints of [0, 1]
+    density = x ** (alpha * weight - 1) * (1 - x) ** ((1 - alpha) * weight - 1)
+    cdf = density.cumsum(0) / density.sum()
+    return float(((1 - cdf) ** rows).mean())
+
+
 class BatchBlockSize:
     """Block sizes for one batched generation: `next_for(rows)` before a step, `update(rows, pairs)` after it,
     rows being the ids of the rows in the step (batch.py: their prompts' indices). costs_at(R) gives the
-    measured table at one of COST_ROWS; alpha: the acceptance assumed before a row's first step
-    (block_policy.prior).
+    measured table at one of COST_ROWS; alpha: the acceptance assumed of one row before its first step
+    (block_policy.prior); rows: how many rows the batch starts with (each row starts from least_of(rows,
+    alpha)).
 
     >>> sizer = BatchBlockSize(4, {1: [1.0, 1.4, 1.6, 1.8], 2: [1.0, 1.4, 1.6, 1.8]}.get)
     >>> sizer.next_for([0, 1])                          # the prior: 75% of drafts accepted, 3 drafts pay
@@ -48,8 +69,9 @@ class BatchBlockSize:
     (1, 4)
     """
 
-    def __init__(self, max_block_size, costs_at, alpha=PRIOR_ALPHA):
-        self.max_block_size, self.costs_at, self.alpha = max_block_size, costs_at, alpha
+    def __init__(self, max_block_size, costs_at, alpha=PRIOR_ALPHA, rows=1):
+        self.max_block_size, self.costs_at = max_block_size, costs_at
+        self.alpha = least_of(rows, alpha)                  # where each row's counts start, and relax to
         self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
         self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
         self.least = None                # the row with the fewest expected tokens at the last full look

@@ -251,8 +251,11 @@ def test_sampled_generate_batch_rows_have_exactly_the_targets_distribution(small
 def test_sampled_speculative_batch_rows_have_exactly_the_targets_distribution(small, verifier, block_size):
     target, drafter = small
     lengths = []
-    for R in COST_ROWS:            # auto's costs fixed, not timed: the test must not depend on the machine
-        fix_costs(drafter, linear_costs(drafter.config.block_size, 1.3, 0.025), rows=R)
+    # auto's costs fixed, not timed: the test must not depend on the machine. Nearly free drafts: the batch
+    # of 1,500 rows starts from the least of its rows' priors (about 0.01 kept drafts a slot), so dearer ones
+    # would never be drafted and the test would see no acceptance
+    for R in COST_ROWS:
+        fix_costs(drafter, linear_costs(drafter.config.block_size, 1.005, 0.0), rows=R)
 
     def run(prompts, g):
         out, stats = speculative_generate_batch(target, drafter, prompts, H, block_size=block_size,
@@ -332,6 +335,25 @@ def test_the_batch_rule_chooses_what_every_row_counted_at_every_step_would_choos
         for r, (n, a) in zip(rows, pairs):
             eager[r].update(n, a, relax=1 / len(rows))
     assert 1 in chosen and len(set(chosen)) > 2, f"blocks {sorted(set(chosen))}: too few cases compared"
+
+
+def test_a_batch_starts_from_the_expected_least_of_its_rows_priors():
+    """Before any evidence, the row that accepts least is the least of R draws from the prior (a Beta of the
+    prior's mean and weight): checked against the mean minimum of sampled draws; one row keeps the prior."""
+    from nanodflash.batch_policy import least_of
+    from nanodflash.block_policy import PRIOR_WEIGHT
+    for alpha in (0.75, 0.5):
+        beta = torch.distributions.Beta(alpha * PRIOR_WEIGHT, (1 - alpha) * PRIOR_WEIGHT)
+        assert least_of(1, alpha) == alpha, "one row must start from the prior itself (batch 1's rule)"
+        for rows in (2, 8, 32):
+            torch.manual_seed(rows)
+            sampled = beta.sample((20_000, rows)).min(1).values.mean().item()
+            assert least_of(rows, alpha) == pytest.approx(sampled, abs=0.005), \
+                f"alpha {alpha}, {rows} rows: least_of {least_of(rows, alpha):.4f}, sampled {sampled:.4f}"
+    tables = {R: linear_costs(16, step_cost=1.5, slot_cost=0.03) for R in COST_ROWS}
+    one, many = BatchBlockSize(16, tables.get, rows=1), BatchBlockSize(16, tables.get, rows=32)
+    assert one.next_for([0]) > 1 and many.next_for(range(32)) == 1, \
+        "at a step cost of 1.5 the prior pays for one row and not for the least of 32"
 
 
 def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
