@@ -27,8 +27,7 @@ from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes, prior
 from .loop import SpecStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
-from .sampling import next_token
-from .speculative import NO_DRAFTS, draft_rule, verify_block
+from .speculative import draft_rule, verify_block
 from .step_costs import costs_for
 from .verify import greedy_verify
 
@@ -88,8 +87,6 @@ class SpecBatch(PlainBatch):
             n_acc, bonus = greedy_verify(drafted.to(logits.device), logits)          # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
-        if logits.size(1) == 1:         # no row drafted: each row's next token, drawn for all rows at once
-            return [(0, t) for t in next_token(logits[:, 0], *self.sampling, self.generator).tolist()]
         return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
 
@@ -104,13 +101,16 @@ class SpecBatch(PlainBatch):
         R, st = len(self.rows), self.stats
         left = [self.max_new - len(self.outs[r]) for r in self.rows]
         T = self.block_size(left)
+        if T == 1:                  # no drafts: a plain step, its position queued as drafter context
+            with st.timer("verify_time"):
+                tokens, feats = self.plain_step()
+            self.context.extend(feats, tokens, [1] * R, lazy=True)
+            self.count(T, [(1, 1, 0)] * R, [(0, 0)] * R)
+            return
         sizes = [min(T, n + 1) for n in left]                      # drafts may reach the row's limit
         with st.timer("draft_time"):
             anchors = self.anchors()                                                 # (R,)
-            if T > 1:
-                drafts, qs = self.context.draft(anchors, T, sizes, self.choose)
-            else:
-                drafts, qs = [NO_DRAFTS] * R, [None] * R
+            drafts, qs = self.context.draft(anchors, T, sizes, self.choose)
         drafted = torch.full((R, T - 1), -1)        # (R, T-1): each row's drafts; -1 (no token) past them
         for r, dr in enumerate(drafts):
             if dr.numel():                 # a copy per row costs a few tensor operations even when empty
@@ -121,18 +121,24 @@ class SpecBatch(PlainBatch):
             results = self.verify(drafted, drafts, qs, logits, sizes)
         new = [step_tokens(dr[:n_acc].tolist(), bonus, n, self.stops)
                for dr, (n_acc, bonus), n in zip(drafts, results, left)]
-        for r, n, tokens, (n_acc, _) in zip(self.rows, sizes, new, results):
-            st.rows[r].record(n, len(tokens), min(n_acc, len(tokens)))
         counts = [len(t) for t in new]           # the anchor and every new token but the last stay cached ...
         self.cache.advance(counts)
-        with st.timer("draft_time"):             # ... and become drafter context: now, or at the next draft
-            self.context.extend(feats, block, counts, lazy=T == 1)   # after plain steps (1 per row each)
+        with st.timer("draft_time"):             # ... and become drafter context
+            self.context.extend(feats, block, counts)
         self.emit(new)
+        self.count(T, [(n, len(t), min(a, len(t))) for n, t, (a, _) in zip(sizes, new, results)],
+                   [(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
+
+    def count(self, T, records, slots):
+        """The step's statistics: per row (records[i]: its block, tokens emitted, drafts kept) and for the
+        batch; for auto, each row's drafts and accepted drafts (slots[i])."""
+        for r, record in zip(self.rows, records):
+            self.stats.rows[r].record(*record)
         if self.auto:
-            self.sizer.update(self.rows, [(n - 1, min(a, n - 1)) for n, (a, _) in zip(sizes, results)])
-        st.batch_rows.append(R)
-        st.block_sizes.append(T)
-        st.target_forwards += 1
+            self.sizer.update(self.rows, slots)
+        self.stats.batch_rows.append(len(self.rows))
+        self.stats.block_sizes.append(T)
+        self.stats.target_forwards += 1
 
     def run(self):
         self.prefill()

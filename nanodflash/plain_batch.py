@@ -83,9 +83,13 @@ class PlainBatch:
         self.cache.keep(index)
 
     def plain_step(self):
-        logits, _ = self.forward(self.anchors()[:, None])                           # (R, 1, V)
+        """Every row emits its next token. Returns the step's input (R, 1), each row's last token, and the
+        target's features there (what a drafter's context reads; None without layer_ids)."""
+        tokens = self.anchors()[:, None]                                            # (R, 1)
+        logits, feats = self.forward(tokens)                                        # (R, 1, V)
         self.cache.advance([1] * len(self.rows))
         self.emit_one(logits[:, -1])
+        return tokens, feats
 
 
 @torch.no_grad()

@@ -24,8 +24,6 @@ from .verify import greedy_verify, match_verify, rejection_verify
 VERIFIERS = ("match", "rejection")
 DECODE_THREADS = 1      # CPU threads the scripts, benchmarks and notebooks decode with: batch-1 decoding of
                         # these small models is bound by per-operation overhead, and more threads add sync
-# a step without drafts: a plain decoding step inside the loop
-NO_DRAFTS = torch.zeros(0, dtype=torch.long)
 
 
 @torch.no_grad()
