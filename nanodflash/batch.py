@@ -97,14 +97,15 @@ class SpecBatch(PlainBatch):
 
     def step(self):
         """One speculative step for every row: draft, verify in one target pass, keep each row's agreed
-        prefix."""
+        prefix. A step of block size 1 is a plain step."""
         R, st = len(self.rows), self.stats
         left = [self.max_new - len(self.outs[r]) for r in self.rows]
         T = self.block_size(left)
-        if T == 1:                  # no drafts: a plain step, its position queued as drafter context
+        if T == 1:                  # no drafts: a plain step, its position handed to the drafter's context
             with st.timer("verify_time"):
                 tokens, feats = self.plain_step()
-            self.context.extend(feats, tokens, [1] * R, lazy=True)
+            with st.timer("draft_time"):             # (a DFlash drafter queues it until its next draft)
+                self.context.extend(feats, tokens.cpu(), [1] * R, lazy=True)
             self.count(T, [(1, 1, 0)] * R, [(0, 0)] * R)
             return
         sizes = [min(T, n + 1) for n in left]                      # drafts may reach the row's limit

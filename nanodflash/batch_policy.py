@@ -8,7 +8,8 @@ left costs nearly what a full one does. So the batch finishes when the row that 
 drafting pays only if it pays for that row. Each row keeps its own acceptance counts (block_policy's
 AdaptiveBlockSize, one per row), and the step drafts the n maximising min over rows of E_r(n) / cost(rows, n).
 Before any row has shown what it accepts, that least row is expected to be the least of R draws from the
-prior (least_of): the more rows, the lower it sits, so a large batch drafts on evidence, not on hope.
+prior (least_of): the more rows, the lower it sits. Rows start there and relax back there during plain
+steps, so a batch whose costs would not pay even at that prior takes plain steps to its end.
 
 The costs are measured on the decoding models (step_costs.py) at the COST_ROWS row counts, linear in rows in
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
@@ -40,14 +41,14 @@ def costs_for_rows(rows, costs_at):
 def least_of(rows, alpha, weight=PRIOR_WEIGHT, points=10_000):
     """The expected acceptance of the least of `rows` rows, each drawn from the prior: a Beta distribution of
     mean alpha worth `weight` slots of evidence (the counts AdaptiveBlockSize starts from). E[min] is the
-    integral of P(all rows > x) = (1 - F(x))^rows over [0, 1], F the prior's CDF (midpoint rule).
+    integral of P(all rows > x) = (1 - F(x))^rows over [0, 1], F the prior's CDF (a sum over small cells).
 
     >>> least_of(1, 0.75), round(least_of(2, 0.75), 2), round(least_of(32, 0.75), 2)
     (0.75, 0.64, 0.28)
     """
     if rows == 1:
         return alpha
-    x = (torch.arange(points, dtype=torch.float64) + 0.5) / points          # midpoints of [0, 1]
+    x = (torch.arange(points, dtype=torch.float64) + 0.5) / points          # the cells' midpoints
     density = x ** (alpha * weight - 1) * (1 - x) ** ((1 - alpha) * weight - 1)
     cdf = density.cumsum(0) / density.sum()
     return float(((1 - cdf) ** rows).mean())
@@ -75,14 +76,14 @@ class BatchBlockSize:
         self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
         self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
         self.least = None                # the row with the fewest expected tokens at the last full look
-        self.keep = {}                   # row id -> share of its counts kept by relaxations not yet applied
+        self.unapplied = {}              # row id -> share of its counts kept by relaxations not yet applied
 
     def row(self, r):
         """Row r's counts, with the relaxations of the steps without drafts since it was last read."""
         if r not in self.counts:
             self.counts[r] = AdaptiveBlockSize(self.max_block_size, costs=None, alpha=self.alpha)
-        if self.keep.get(r, 1.0) != 1.0:
-            self.counts[r].relax(1 - self.keep.pop(r))
+        if self.unapplied.get(r, 1.0) != 1.0:
+            self.counts[r].relax(1 - self.unapplied.pop(r))
         return self.counts[r]
 
     def costs(self, n_rows):
@@ -108,7 +109,7 @@ class BatchBlockSize:
         if all(n == 0 for n, _ in pairs):
             keep = 1 - (1 - DECAY) / len(rows)
             for r in rows:
-                self.keep[r] = self.keep.get(r, 1.0) * keep
+                self.unapplied[r] = self.unapplied.get(r, 1.0) * keep
             return
         for r, (n, a) in zip(rows, pairs):
             self.row(r).update(n, a, relax=1 / len(rows))

@@ -83,8 +83,8 @@ class PlainBatch:
         self.cache.keep(index)
 
     def plain_step(self):
-        """Every row emits its next token. Returns the step's input (R, 1), each row's last token, and the
-        target's features there (what a drafter's context reads; None without layer_ids)."""
+        """Every row emits its next token. Returns the step's input (R, 1), each row's anchor (its last
+        token), and the target's features there (what a drafter's context reads; None without layer_ids)."""
         tokens = self.anchors()[:, None]                                            # (R, 1)
         logits, feats = self.forward(tokens)                                        # (R, 1, V)
         self.cache.advance([1] * len(self.rows))
