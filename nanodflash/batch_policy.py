@@ -17,7 +17,7 @@ between; one row takes batch 1's own table, so a batch of one prompt decodes as 
 
 import torch
 
-from .block_policy import DECAY, PRIOR_ALPHA, PRIOR_WEIGHT, AdaptiveBlockSize, best_block
+from .block_policy import PRIOR_ALPHA, PRIOR_WEIGHT, AdaptiveBlockSize, best_block, relax_share
 
 COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
@@ -107,7 +107,7 @@ class BatchBlockSize:
         relaxes every row's counts, at 1 / rows of batch 1's pace: noted per row, applied when the row is read
         (next_for mostly reads one row)."""
         if all(n == 0 for n, _ in pairs):
-            keep = 1 - (1 - DECAY) / len(rows)
+            keep = 1 - relax_share(1 / len(rows))
             for r in rows:
                 self.unapplied[r] = self.unapplied.get(r, 1.0) * keep
             return

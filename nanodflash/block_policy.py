@@ -88,6 +88,12 @@ class FixedBlockSize:
         pass
 
 
+def relax_share(relax):
+    """The prior's share of a slot's counts after one step without drafts, at `relax` times batch 1's pace
+    (at batch 1, 1 - DECAY: the weight a step's own counts get)."""
+    return relax * (1 - DECAY)
+
+
 def best_block(tokens, costs):
     """1 + the number of drafts n maximising tokens[n] / costs[n] (E(n) / cost(n)); 1 (no drafts) when that
     is at most E(0) / cost(0) = 1, the tokens per cost of a step without drafts.
@@ -143,7 +149,7 @@ class AdaptiveBlockSize:
         nothing: the counts relax toward the prior instead, at `relax` times batch 1's pace (batch_policy.py
         waits longer before a retry)."""
         if n_drafts == 0:
-            self.relax(relax * (1 - DECAY))
+            self.relax(relax_share(relax))
             return
         for k in range(len(self.reached)):                      # slot k + 1
             self.accepted[k] *= DECAY
