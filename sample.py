@@ -21,7 +21,9 @@ trained on (its run.json).
 import argparse
 import os
 import sys
+import time
 from collections import Counter
+from functools import partial
 
 import torch
 
@@ -102,6 +104,8 @@ def parse_args(argv=None):
       "step (nanodflash/tree.py): greedy, the drafter's top candidates; sampling, drafts sampled from the "
       "drafter and verified by recursive rejection (nanodflash/sampled_tree.py); --block_size and "
       "--verifier do not apply (default: off, one draft path a step)")
+    a("--compile", action="store_true", help="run the drafter's block pass compiled (nanodflash/compiled.py; "
+      "the target stays eager): its graphs are compiled first, the time printed; not with --tree or --race")
     a("--no-color", action="store_true", help="markers ⟦drafted⟧ ⟨target⟩ instead of ANSI colours "
       "(automatic when not a terminal, or with NO_COLOR set)")
     a("--plain", action="store_true", help="the text alone: no colours, no markers")
@@ -112,6 +116,8 @@ def parse_args(argv=None):
       "them side by side, with a what-if panel (nanodflash/tools/race_page.py; --tree sets the tree's nodes)")
     args = p.parse_args(argv)
     check_device(p, args.device)
+    if args.compile and (args.tree or args.race):
+        p.error("--compile runs the path decoder only: leave out --tree and --race")
     return args
 
 
@@ -180,6 +186,14 @@ def bars(counts, width=40):
                      for n in range(1, max(counts, default=1) + 1))
 
 
+def compile_drafter(decoder, target, drafter, prompt_ids, max_new_tokens, spec_kw):
+    """--compile: one decode of the prompt first, which compiles the drafter's pass; its time printed."""
+    print("compiling the drafter's block pass (nanodflash/compiled.py) ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    decoder(target, drafter, prompt_ids, max_new_tokens, **spec_kw)
+    print(f"compiled and ran once in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+
+
 def tree_decoder(tree_nodes):
     """tree_speculative_generate with its tree size bound, called like speculative_generate (whose block size
     and verifier it does not take: a tree's size is its node budget, and it has its own rules). Sampling
@@ -218,6 +232,8 @@ def main(argv=None):
         args.block_size = int(args.block_size)     # anything else: the library's one message says the range
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
     decoder = speculative_generate if args.tree is None else tree_decoder(args.tree)
+    if args.compile:                                                  # the path decoder, its pass compiled
+        decoder = partial(speculative_generate, compile=True)
     try:
         if args.hf:
             tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))
@@ -234,6 +250,8 @@ def main(argv=None):
                                     disallowed_special=())
         if args.race:
             return race(args, tok, target, drafter, prompt_ids, chosen)
+        if args.compile:
+            compile_drafter(decoder, target, drafter, prompt_ids, args.max_new_tokens, spec_kw)
         rule = args.verifier if args.tree is None else "recursive rejection (a sampled tree)"
         recorder = (TraceRecorder(tok, drafter, args.temperature, args.top_k, args.top_p, rule)
                     if args.html else None)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from . import compiled as compiled_pass
 from .distill import mix_soft
 from .drafter_loss import block_labels, weighted_cross_entropy
 from .drafter_rows import RaggedRows
@@ -79,9 +80,13 @@ class ContextCache(KVCache):
     (tools/baselines.py) writes its chain slots' K/V past `length` as scratch that the next write overwrites.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, compiled=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.pending = []                         # feature tensors (1, t, n_feat*D), oldest first
+        self.compiled = compiled                  # draft with compiled.py's pass, which reads every position
+        if compiled:
+            self.k.zero_()
+            self.v.zero_()
 
 
 class DrafterLayer(Block):
@@ -187,10 +192,15 @@ class Drafter(DrafterInterface, nn.Module):
 
     # ---------------- inference: a cache of projected context K/V ----------------
 
-    def new_cache(self, max_len):
-        """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block)."""
+    def new_cache(self, max_len, compiled=False):
+        """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block).
+        compiled=True: the block passes drafted from it run compiled (compiled.py), over a buffer of one of
+        a few lengths, so that requests of many lengths share a compiled graph."""
         p = next(self.parameters())
-        return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype)
+        if compiled:
+            max_len = compiled_pass.buffer_length(max_len, self.target.config.max_seq_len)
+        return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype,
+                            compiled=compiled)
 
     def extend(self, cache, features, tokens=None):
         """Append newly verified positions: features (1, t, n_feat*D) at positions cache.length... .
@@ -224,6 +234,8 @@ class Drafter(DrafterInterface, nn.Module):
         n = cache.length
         x = self.target.embed_tokens(block)                                       # (1, b, D)
         cos, sin = self.rope_at(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
+        if cache.compiled:
+            return compiled_pass.block_pass(self, x, cos, sin, cache)       # the same pass, whole buffer
         return self.block_pass(x, cos, sin, cache.prefix(n))
 
     def block_logits(self, cache, block):

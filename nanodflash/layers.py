@@ -27,7 +27,7 @@ class Stacked:
     matmul), kept while the weights stay as they are. It is built again when one of them is another tensor
     (`.to()`, `.double()`) or was written in place (its version counter moved: an optimizer step,
     load_state_dict), and on every call while gradients flow to them (training), so a stale copy is never
-    used.
+    used. Inside a compiled graph it is built on every call too: the compiler cannot keep a Python cache.
 
     >>> a, b = torch.ones(1, 2), torch.zeros(1, 2)
     >>> stack = Stacked()                              # torch.cat of the weights
@@ -42,7 +42,8 @@ class Stacked:
         self.build, self.key, self.value = build, None, None
 
     def __call__(self, *weights):
-        if torch.is_grad_enabled() and any(w.requires_grad for w in weights):
+        training = torch.is_grad_enabled() and any(w.requires_grad for w in weights)
+        if training or torch.compiler.is_compiling():      # a compiled graph builds it as one of its ops
             return self.build(*weights)
         key = [(w.data_ptr(), w._version, w.dtype, w.device) for w in weights]
         if key != self.key:

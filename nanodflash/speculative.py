@@ -112,19 +112,22 @@ class PathStep(Step):
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                          top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None,
-                         on_step=None):
+                         on_step=None, compile=False):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
     verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md)
     or "match".
     on_step: None, or a callable that gets a loop.StepRecord after each step's verification, before the
     drafter's context is extended (tools/trace.py records a run with it); it runs outside the timed sections
-    and must not touch the caches or the generator."""
+    and must not touch the caches or the generator.
+    compile: True runs the drafter's block pass compiled (compiled.py; the first call with a drafter compiles
+    it, seconds to a minute; a DFlash-style drafter only). The target runs eager either way."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
                         costs=lambda: costs_for(drafter, 1, sampled=temperature > 0), sampled=temperature > 0)
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
-    cache, dcache = target.new_cache(1, n_max), drafter.new_cache(n_max)
+    cache = target.new_cache(1, n_max)
+    dcache = drafter.new_cache(n_max, compiled=True) if compile else drafter.new_cache(n_max)
     stats = SpecStats(target_cache=cache, draft_cache=dcache)
     sampling = (temperature, top_k, top_p)
     step = PathStep(target=target, drafter=drafter, cache=cache, dcache=dcache, stats=stats, sizer=sizer,

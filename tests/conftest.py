@@ -55,9 +55,9 @@ def smoke_out(tmp_path_factory):
 # (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands
 # each worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would
 # keep it busy while the other idles, and the quick tests fill the end instead (docs/log.md).
-SLOW_FILES = {"test_batch.py", "test_bench.py", "test_dflash2.py", "test_hf.py", "test_long_generation.py",
-              "test_notebooks.py", "test_resume.py", "test_sampling_exact.py", "test_sampling_kinds.py",
-              "test_tree.py"}
+SLOW_FILES = {"test_batch.py", "test_bench.py", "test_compiled.py", "test_dflash2.py", "test_hf.py",
+              "test_long_generation.py", "test_notebooks.py", "test_resume.py", "test_sampling_exact.py",
+              "test_sampling_kinds.py", "test_tree.py"}
 QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py", "test_greedy_ties.py",
                "test_layout.py", "test_readme_errors.py", "test_sampling_transform.py", "test_tokenizer.py",
                "test_verify.py"}

@@ -462,3 +462,13 @@ def test_bench_runs_the_headline_rows_by_default_and_every_row_with_all_rows(smo
     assert f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'" in out, out
     every = [m.name for m in bench.default_methods(drafter, sampler=drafter)]
     assert set(names) < set(every), "each headline row is one of --all_rows' rows, named the same"
+
+
+def test_the_compiled_rows_are_the_headline_dflash_rows_each_named_compiled(smoke_out):
+    _, _, drafter = nanodflash.load(str(smoke_out))
+    _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
+    headline = [m.name for m in bench.headline_methods(drafter, sampler) if not m.name.startswith("plain")]
+    compiled = [m.name for m in bench_methods.compiled_methods(drafter, sampler)]
+    assert compiled == [f"{name} compiled" for name in headline], f"{compiled} are not twins of {headline}"
+    greedy = [m.temperature for m in bench_methods.compiled_methods(drafter, sampler, sampled=False)]
+    assert greedy == [0.0], f"greedy only should keep the greedy twin alone, got temperatures {greedy}"

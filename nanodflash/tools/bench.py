@@ -5,6 +5,7 @@ process.
     python -m nanodflash.tools.bench --out out --all_rows            # 64 prompts on 2 cores); every row
     python -m nanodflash.tools.bench --out out --prompts third_party  # on text no built-in corpus contains
     python -m nanodflash.tools.bench --out out --sampled_only --n_prompts 64   # the sampling drafter's rows
+    python -m nanodflash.tools.bench --out out --compile     # + the DFlash rows, the drafter's pass compiled
 
 All rows run on the same prompts, interleaved (each prompt: every row, the order rotated per prompt), after a
 warm-up; progress goes to stderr (an estimate after the warm-up, then prompt k of N with the ETA). Per row:
@@ -47,6 +48,7 @@ from .baselines import load_present
 from .bench_methods import (
     SAMPLED,
     Method,
+    compiled_methods,
     default_methods,
     dflash_method,
     dflash_style,
@@ -168,6 +170,18 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     return rows
 
 
+def compile_rows(target, drafter, sampler, prompt, args):
+    """--compile: the compiled twins of the headline's DFlash rows, their graphs compiled here, once, by a
+    decode of each at the bench's length (a later block size of a new kind may still compile one more)."""
+    methods = compiled_methods(drafter, sampler, greedy=not args.sampled_only, sampled=not args.greedy_only)
+    t0 = time.perf_counter()
+    for m in methods:
+        m.run(target, drafter, prompt, args.max_new_tokens, torch.Generator().manual_seed(args.seed))
+    to_stderr(f"[bench] compiled the drafters' passes for {len(methods)} rows in "
+              f"{duration(time.perf_counter() - t0)}")
+    return methods
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, DECODE_THREADS)     # --out, --data, --prompts, ...
@@ -184,6 +198,9 @@ def parse_args(argv=None):
                    "rows: about ten times as long")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
                    "settings as JSON")
+    p.add_argument("--compile", action="store_true", help="also the headline's DFlash rows with the "
+                   "drafter's block pass compiled (nanodflash/compiled.py), each beside its eager row; "
+                   "compiled once before the timed rows (the time is printed)")
     args = p.parse_args(argv)
     args.all_rows = args.all_rows or bool(args.drafters)        # drafters asked for by name get their rows
     if args.greedy_only and args.sampled_only:
@@ -219,6 +236,8 @@ def main(argv=None, extra=None):
                                       sampled_only=args.sampled_only)
         else:
             methods, extra = headline_methods(drafter, sampler), {}
+        if args.compile:
+            methods += compile_rows(target, drafter, sampler, prompts[0], args)
         rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
                              log=to_stderr)
     except (FileNotFoundError, ValueError) as e:

@@ -32,12 +32,13 @@ def plain_method(temperature=0.0, top_p=None):
     return run
 
 
-def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, top_p=None):
-    """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter)."""
+def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, top_p=None, compile=False):
+    """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter);
+    compile: the drafter's pass compiled (compiled.py)."""
     def run(target, default_drafter, prompt, max_new_tokens, generator):
         return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
                                     block_size=block_size, temperature=temperature, top_p=top_p,
-                                    verifier=verifier, generator=generator)
+                                    verifier=verifier, generator=generator, compile=compile)
     return run
 
 
@@ -153,3 +154,16 @@ def headline_methods(drafter, sampler=None):
     wanted = {"plain greedy", f"{kind} greedy B={min(16, B)}", f"plain T={SAMPLED[0]} p={SAMPLED[1]}",
               f"{label} B={min(SAMPLED_B, B)}", f"{label} B=auto"}
     return [m for m in default_methods(drafter, sampler=sampler) if m.name in wanted]
+
+
+def compiled_methods(drafter, sampler=None, greedy=True, sampled=True):
+    """The headline's DFlash rows again with the drafter's pass compiled (compiled.py), each named "<its eager
+    row> compiled". The target runs eager in both, so the plain rows serve both modes."""
+    B, kind = drafter.config.block_size, kind_of(drafter)
+    name, d = list(sampling_drafters(drafter, sampler).items())[-1]
+    own, (T, p) = None if d is drafter else d, SAMPLED
+    methods = [Method(f"{kind} greedy B={min(16, B)} compiled", 0.0, dflash_method(min(16, B), compile=True))]
+    methods = methods if greedy else []
+    return methods + [Method(f"{name} T={T} p={p} rejection B={b} compiled", T,
+                             dflash_method(b, T, "rejection", own, p, compile=True))
+                      for b in ((min(SAMPLED_B, d.config.block_size), "auto") if sampled else ())]

@@ -1,0 +1,73 @@
+"""The drafter's pass compiled (torch.compile, gpt-fast style): the same modules, in shapes a compiler keeps.
+
+    tokens, stats = speculative_generate(target, drafter, prompt, n, compile=True)
+
+A drafter pass is many small tensor operations (2 layers, a block of 2-16 slots), so on a CPU much of its
+time is the cost of launching each one; a compiled graph fuses them. What the eager pass does that a
+compiler cannot keep, and what this module does instead:
+
+- The eager pass attends to the first `cache.length` context positions, a shape that grows every step. The
+  compiled one attends to the cache's WHOLE buffer with a mask that hides the positions not filled yet: the
+  same softmax weights (a hidden key gets weight exactly 0). The buffer's length is rounded up to a power
+  of two (`buffer_length`), so that requests share a few shapes, and a request's shape never changes. A
+  cache made for it is zeroed, since 0 * NaN is NaN: a hidden key must hold a finite number.
+- The block's length b changes from step to step. torch compiles a graph for the first b it meets, and at
+  the second b one where b is a symbol, which serves every later b but those a layer's Python branches on
+  (a DFlash 2 convolution at b = 2 gets its own): three graphs for a DFlash 2 drafter and a buffer length,
+  and a decode that meets no new kind of size compiles none (`graphs_compiled` counts them).
+- `layers.Stacked` builds its stacked weights inside the graph (it cannot keep its Python cache there).
+
+Only the block pass is compiled: the context's projection (a varying number of new positions), the selector
+and the walk that picks the drafts stay eager, and so does the target, whose forward timed no faster
+compiled on the CPUs we measured (docs/log.md). A compiled run's drafts can differ from the eager run's where
+two logits are within rounding of each other (a fused kernel adds in another order); the verifier decides
+what is kept, so the output is the target's either way (tests/test_compiled.py).
+"""
+
+import weakref
+
+import torch
+from torch._dynamo import config as dynamo_config  # torch has no public knob for the graph limit
+from torch._dynamo.utils import counters
+
+_PASSES = weakref.WeakKeyDictionary()        # drafter -> its compiled block pass, made on first use
+GRAPHS_PER_PASS = 64    # graphs torch may keep for block_pass (it counts them for every drafter together)
+
+
+def buffer_length(max_len, window):
+    """The compiled cache's positions for a request of max_len: the next power of two, at least 64, at most
+    the target's window.
+
+    >>> buffer_length(112, 512), buffer_length(300, 512), buffer_length(20, 512)
+    (128, 512, 64)
+    """
+    return min(window, max(64, 1 << (max_len - 1).bit_length()))
+
+
+def context_mask(n, max_len, b, device):
+    """Bool (1, 1, b, max_len + b): every slot may see context positions 0..n-1 of a max_len buffer and the
+    whole block, nothing else (the eager pass's keys: the first n positions, then the block)."""
+    keys = torch.arange(max_len + b, device=device)
+    sees = (keys < n) | (keys >= max_len)                                       # (max_len + b,)
+    return sees.expand(b, -1)[None, None]                                       # (1, 1, b, max_len + b)
+
+
+def compiled_pass(drafter):
+    """The drafter's `block_pass`, compiled once per drafter (its first calls compile: seconds each)."""
+    if drafter not in _PASSES:
+        _PASSES[drafter] = torch.compile(drafter.block_pass, fullgraph=True)
+    return _PASSES[drafter]
+
+
+def block_pass(drafter, x, cos, sin, cache):
+    """The drafter's layers over the embedded block x (1, b, D) at RoPE cos, sin (1, b, hd), attending to
+    the context in `cache` (a ContextCache made with compiled=True) -> final hidden states (1, b, D): what
+    `drafter.block_pass(x, cos, sin, cache.prefix(cache.length))` gives, to rounding."""
+    mask = context_mask(cache.length, cache.max_len, x.size(1), x.device)
+    with dynamo_config.patch(recompile_limit=GRAPHS_PER_PASS):
+        return compiled_pass(drafter)(x, cos, sin, cache.by_layer, mask)
+
+
+def graphs_compiled():
+    """How many graphs torch has compiled in this process so far (torch._dynamo's counter)."""
+    return counters["stats"]["unique_graphs"]

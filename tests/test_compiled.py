@@ -1,0 +1,117 @@
+"""The compiled drafter pass (compiled.py): lossless greedy and sampled decoding through it, the same hidden
+states as the eager pass, and no compilation once every size it meets has its graph.
+
+The smoke run's models compile once for the whole file (each graph takes seconds); the file runs on one
+worker (conftest.SLOW_FILES hands it out early).
+"""
+
+import pytest
+import torch
+
+import nanodflash
+from nanodflash import compiled
+from nanodflash.exercises.models import small_target, tiny_dflash2
+from nanodflash.exercises.oracle import ALPHA, N_SAMPLES, PROMPT, H, chi_square_p_value, exact_distribution
+from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
+
+TEXTS = ["def f(x):\n    return", "import os\n", "class Point:\n    def __init__(self, x, y):"]
+
+
+@pytest.fixture(scope="module")
+def smoke(smoke_out):
+    """The smoke run's target and DFlash 2 drafter (block size 8), and token ids of three code prompts."""
+    tok, target, drafter = nanodflash.load(str(smoke_out))
+    return target, drafter, [tok.encode(t) for t in TEXTS]
+
+
+@pytest.fixture(scope="module")
+def warmed(smoke):
+    """The smoke models after one compiled decode at every block size (2 to 8): each graph the pass needs
+    exists."""
+    target, drafter, prompts = smoke
+    for b in range(2, 9):
+        speculative_generate(target, drafter, prompts[0], 12, block_size=b, compile=True)
+    return smoke
+
+
+def context_cache(target, drafter, ids, compiled_pass):
+    ids = torch.tensor([ids])
+    _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)
+    cache = drafter.new_cache(64, compiled=compiled_pass)
+    drafter.extend(cache, feats, ids)
+    drafter.project_context(cache)
+    return cache
+
+
+@pytest.mark.parametrize("block_size", [8, 3, "auto"])
+def test_compiled_greedy_speculative_equals_greedy_decoding(warmed, block_size):
+    target, drafter, prompts = warmed
+    accepted = 0
+    for prompt in prompts:
+        plain = generate(target, prompt, 24)
+        out, stats = speculative_generate(target, drafter, prompt, 24, block_size=block_size, compile=True)
+        assert out == plain, f"compiled B={block_size}, prompt {prompt}: the output is not plain greedy's"
+        accepted += sum(a - 1 for a in stats.acceptance_lengths)
+    assert accepted > 20, f"compiled B={block_size}: {accepted} drafts kept, too few to test the verify"
+
+
+@torch.no_grad()                                   # as the decoders run the pass
+def test_the_compiled_pass_gives_the_eager_pass_hidden_states(warmed):
+    target, drafter, prompts = warmed
+    ids = prompts[2] + prompts[1]
+    eager = drafter.slot_hidden(context_cache(target, drafter, ids, False), ids[-1], 6)
+    fast = drafter.slot_hidden(context_cache(target, drafter, ids, True), ids[-1], 6)
+    assert torch.allclose(fast, eager, atol=1e-5), \
+        f"compiled and eager hidden states differ by {(fast - eager).abs().max():.2e}"
+
+
+@torch.no_grad()
+def test_the_mask_hides_the_positions_the_cache_has_not_filled(warmed):
+    target, drafter, prompts = warmed
+    ids = prompts[2]
+    clean = context_cache(target, drafter, ids, True)
+    junk = context_cache(target, drafter, ids, True)
+    junk.k[:, :, :, len(ids):] = 3.0                     # what an earlier, longer context could leave behind
+    junk.v[:, :, :, len(ids):] = -2.0
+    hidden = drafter.slot_hidden(clean, ids[-1], 5)
+    assert torch.allclose(drafter.slot_hidden(junk, ids[-1], 5), hidden, atol=1e-5), \
+        "the compiled pass read cache positions past the context"
+    x = target.embed_tokens(drafter.mask_block(junk, ids[-1], 5))                  # the control: no mask
+    cos, sin = drafter.rope_at(torch.arange(len(ids), len(ids) + 6), x.dtype)
+    seen = drafter.block_pass(x, cos, sin, junk.by_layer)[0, 1:]
+    assert not torch.allclose(seen, hidden, atol=1e-3), "the junk should change a pass that sees all of it"
+
+
+def test_a_compiled_decode_that_meets_no_new_size_compiles_nothing(warmed):
+    target, drafter, prompts = warmed
+    before, window = compiled.graphs_compiled(), target.config.max_seq_len
+    for prompt, n in zip(prompts, (30, 21, 20)):        # other prompts and lengths, in the warm-up's buffer
+        assert compiled.buffer_length(len(prompt) + n, window) == compiled.buffer_length(24, window)
+        for b in (8, 5, 2, "auto"):
+            speculative_generate(target, drafter, prompt, n, block_size=b, compile=True)
+    assert compiled.graphs_compiled() == before, \
+        f"{compiled.graphs_compiled() - before} graphs compiled after the warm-up"
+    speculative_generate(target, drafter, prompts[2], 40, block_size=8, compile=True)    # the control
+    assert compiled.graphs_compiled() > before, "a new buffer length compiled no graph: the count is blind"
+
+
+def test_compiled_sampled_output_has_exactly_the_targets_distribution():
+    target = small_target()
+    drafter = tiny_dflash2(target, seed=12, block_size=4, top_k=4, rank=4, group=8, perturb=0.5)
+    exact = exact_distribution(target, 1.0, None, None)
+    g, counts, lengths = torch.Generator().manual_seed(3), {}, []
+    for _ in range(N_SAMPLES):
+        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=4, temperature=1.0,
+                                          verifier="rejection", generator=g, compile=True)
+        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+        lengths += stats.acceptance_lengths
+    assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), "both outcomes must occur"
+    p = chi_square_p_value(counts, exact, N_SAMPLES)
+    assert p > ALPHA, f"compiled rejection sampling: chi-square p={p:.2e}, not the target's distribution"
+
+
+def test_a_drafter_without_a_pass_refuses_to_compile(smoke):
+    target, _, prompts = smoke
+    with pytest.raises(ValueError, match="no pass to compile"):
+        speculative_generate(target, PromptLookupDrafter(target, 4), prompts[0], 8, compile=True)
