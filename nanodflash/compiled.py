@@ -35,13 +35,13 @@ GRAPHS_PER_PASS = 64    # graphs torch may keep for block_pass (it counts them f
 
 
 def buffer_length(max_len, window):
-    """The compiled cache's positions for a request of max_len: the next power of two, at least 64, at most
-    the target's window.
+    """The compiled cache's positions for a request of max_len: the next power of two, at least 128 (a short
+    request and the benchmark's 112 positions share one), at most the target's window.
 
-    >>> buffer_length(112, 512), buffer_length(300, 512), buffer_length(20, 512)
-    (128, 512, 64)
+    >>> buffer_length(112, 512), buffer_length(300, 512), buffer_length(20, 512), buffer_length(300, 256)
+    (128, 512, 128, 256)
     """
-    return min(window, max(64, 1 << (max_len - 1).bit_length()))
+    return min(window, max(128, 1 << (max_len - 1).bit_length()))
 
 
 def context_mask(n, max_len, b, device):
