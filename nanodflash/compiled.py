@@ -8,13 +8,14 @@ compiler cannot keep, and what this module does instead:
 
 - The eager pass attends to the first `cache.length` context positions, a shape that grows every step. The
   compiled one attends to the cache's WHOLE buffer with a mask that hides the positions not filled yet: the
-  same softmax weights (a hidden key gets weight exactly 0). The buffer's length is rounded up to a power
-  of two (`buffer_length`), so that requests share a few shapes, and a request's shape never changes. A
-  cache made for it is zeroed, since 0 * NaN is NaN: a hidden key must hold a finite number.
+  same softmax weights (a hidden key gets weight exactly 0). The buffer's context length is rounded up to a
+  power of two (`buffer_length`; the buffer holds a block more), so that requests share a few shapes, and a
+  request's shape never changes. A cache made for it is zeroed, since 0 * NaN is NaN: a hidden key must
+  hold a finite number.
 - The block's length b changes from step to step. torch compiles a graph for the first b it meets, and at
   the second b one where b is a symbol, which serves every later b but those a layer's Python branches on
-  (a DFlash 2 convolution at b = 2 gets its own): three graphs for a DFlash 2 drafter and a buffer length,
-  and a decode that meets no new kind of size compiles none (`graphs_compiled` counts them).
+  (a DFlash 2 convolution at b = 2 gets its own): two or three graphs for a DFlash 2 drafter and a buffer
+  length, and a decode that meets no new kind of size compiles none (`graphs_compiled` counts them).
 - `layers.Stacked` builds its stacked weights inside the graph (it cannot keep its Python cache there).
 
 Only the block pass is compiled: the context's projection (a varying number of new positions), the selector
@@ -24,24 +25,20 @@ two logits are within rounding of each other (a fused kernel adds in another ord
 what is kept, so the output is the target's either way (tests/test_compiled.py).
 """
 
-import weakref
-
 import torch
-from torch._dynamo import config as dynamo_config  # torch has no public knob for the graph limit
-from torch._dynamo.utils import counters
 
-_PASSES = weakref.WeakKeyDictionary()        # drafter -> its compiled block pass, made on first use
-GRAPHS_PER_PASS = 64    # graphs torch may keep for block_pass (it counts them for every drafter together)
+GRAPHS_PER_PASS = 64    # graphs torch may keep for the pass (it counts them for every drafter together)
+_COMPILED = []          # the compiled pass, made on first use (torch.compile's import takes seconds)
 
 
 def buffer_length(max_len, window):
     """The compiled cache's positions for a request of max_len: the next power of two, at least 128 (a short
-    request and the benchmark's 112 positions share one), at most the target's window.
+    request and the benchmark's 112 positions share one), at most the target's window unless max_len is more.
 
     >>> buffer_length(112, 512), buffer_length(300, 512), buffer_length(20, 512), buffer_length(300, 256)
-    (128, 512, 128, 256)
+    (128, 512, 128, 300)
     """
-    return min(window, max(128, 1 << (max_len - 1).bit_length()))
+    return max(max_len, min(window, max(128, 1 << (max_len - 1).bit_length())))
 
 
 def context_mask(n, max_len, b, device):
@@ -52,11 +49,17 @@ def context_mask(n, max_len, b, device):
     return sees.expand(b, -1)[None, None]                                       # (1, 1, b, max_len + b)
 
 
-def compiled_pass(drafter):
-    """The drafter's `block_pass`, compiled once per drafter (its first calls compile: seconds each)."""
-    if drafter not in _PASSES:
-        _PASSES[drafter] = torch.compile(drafter.block_pass, fullgraph=True)
-    return _PASSES[drafter]
+def run_pass(drafter, x, cos, sin, context, mask):
+    """What is compiled: the drafter's own `block_pass`, the drafter an argument (one function for every
+    drafter; torch keeps a graph per kind of drafter and size, and holds no drafter alive)."""
+    return drafter.block_pass(x, cos, sin, context, mask)
+
+
+def compiled_run_pass():
+    """run_pass compiled (once per process; its first calls for a drafter compile graphs: seconds each)."""
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(run_pass, fullgraph=True))
+    return _COMPILED[0]
 
 
 def block_pass(drafter, x, cos, sin, cache):
@@ -64,10 +67,11 @@ def block_pass(drafter, x, cos, sin, cache):
     the context in `cache` (a ContextCache made with compiled=True) -> final hidden states (1, b, D): what
     `drafter.block_pass(x, cos, sin, cache.prefix(cache.length))` gives, to rounding."""
     mask = context_mask(cache.length, cache.max_len, x.size(1), x.device)
-    with dynamo_config.patch(recompile_limit=GRAPHS_PER_PASS):
-        return compiled_pass(drafter)(x, cos, sin, cache.by_layer, mask)
+    with torch.compiler.config.patch(recompile_limit=GRAPHS_PER_PASS):
+        return compiled_run_pass()(drafter, x, cos, sin, cache.by_layer, mask)
 
 
 def graphs_compiled():
     """How many graphs torch has compiled in this process so far (torch._dynamo's counter)."""
+    from torch._dynamo.utils import counters
     return counters["stats"]["unique_graphs"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from . import compiled as compiled_pass
+from . import compiled as compiling
 from .distill import mix_soft
 from .drafter_loss import block_labels, weighted_cross_entropy
 from .drafter_rows import RaggedRows
@@ -134,6 +134,7 @@ class DrafterConfig:
 
 class Drafter(DrafterInterface, nn.Module):
     kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
+    compiles = True                               # its drafts come from block_hidden, which compiled.py runs
     config_class = DrafterConfig
 
     def __init__(self, config, target):
@@ -197,8 +198,10 @@ class Drafter(DrafterInterface, nn.Module):
         compiled=True: the block passes drafted from it run compiled (compiled.py), over a buffer of one of
         a few lengths, so that requests of many lengths share a compiled graph."""
         p = next(self.parameters())
+        if compiled and not self.compiles:
+            raise ValueError(f"a {self.kind} drafter has no pass to compile; decode it with compile=False")
         if compiled:
-            max_len = compiled_pass.buffer_length(max_len, self.target.config.max_seq_len)
+            max_len = compiling.buffer_length(max_len, self.target.config.max_seq_len)
         return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype,
                             compiled=compiled)
 
@@ -235,7 +238,7 @@ class Drafter(DrafterInterface, nn.Module):
         x = self.target.embed_tokens(block)                                       # (1, b, D)
         cos, sin = self.rope_at(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
         if cache.compiled:
-            return compiled_pass.block_pass(self, x, cos, sin, cache)       # the same pass, whole buffer
+            return compiling.block_pass(self, x, cos, sin, cache)           # the same pass, whole buffer
         return self.block_pass(x, cos, sin, cache.prefix(n))
 
     def block_logits(self, cache, block):

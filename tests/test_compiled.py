@@ -13,8 +13,10 @@ from nanodflash import compiled
 from nanodflash.exercises.models import small_target, tiny_dflash2
 from nanodflash.exercises.oracle import ALPHA, N_SAMPLES, PROMPT, H, chi_square_p_value, exact_distribution
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.baselines import NoFeatureDrafter
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 
+WARM_TOKENS = 12        # new tokens of the warm-up's decodes
 TEXTS = ["def f(x):\n    return", "import os\n", "class Point:\n    def __init__(self, x, y):"]
 
 
@@ -31,7 +33,7 @@ def warmed(smoke):
     exists."""
     target, drafter, prompts = smoke
     for b in range(2, 9):
-        speculative_generate(target, drafter, prompts[0], 12, block_size=b, compile=True)
+        speculative_generate(target, drafter, prompts[0], WARM_TOKENS, block_size=b, compile=True)
     return smoke
 
 
@@ -87,7 +89,8 @@ def test_a_compiled_decode_that_meets_no_new_size_compiles_nothing(warmed):
     target, drafter, prompts = warmed
     before, window = compiled.graphs_compiled(), target.config.max_seq_len
     for prompt, n in zip(prompts, (30, 21, 20)):        # other prompts and lengths, in the warm-up's buffer
-        assert compiled.buffer_length(len(prompt) + n, window) == compiled.buffer_length(24, window)
+        warm = len(prompts[0]) + WARM_TOKENS
+        assert compiled.buffer_length(len(prompt) + n, window) == compiled.buffer_length(warm, window)
         for b in (8, 5, 2, "auto"):
             speculative_generate(target, drafter, prompt, n, block_size=b, compile=True)
     assert compiled.graphs_compiled() == before, \
@@ -100,18 +103,22 @@ def test_compiled_sampled_output_has_exactly_the_targets_distribution():
     target = small_target()
     drafter = tiny_dflash2(target, seed=12, block_size=4, top_k=4, rank=4, group=8, perturb=0.5)
     exact = exact_distribution(target, 1.0, None, None)
-    g, counts, lengths = torch.Generator().manual_seed(3), {}, []
+    g, counts, lengths, before = torch.Generator().manual_seed(3), {}, [], compiled.graphs_compiled()
     for _ in range(N_SAMPLES):
         out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=4, temperature=1.0,
                                           verifier="rejection", generator=g, compile=True)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         lengths += stats.acceptance_lengths
+    assert compiled.graphs_compiled() > before, "the float64 drafter ran no compiled graph of its own"
     assert any(a > 1 for a in lengths) and any(a == 1 for a in lengths), "both outcomes must occur"
     p = chi_square_p_value(counts, exact, N_SAMPLES)
     assert p > ALPHA, f"compiled rejection sampling: chi-square p={p:.2e}, not the target's distribution"
 
 
-def test_a_drafter_without_a_pass_refuses_to_compile(smoke):
-    target, _, prompts = smoke
+@pytest.mark.parametrize("kind", ["prompt lookup", "nofeat"])
+def test_a_drafter_without_the_compiled_pass_refuses_to_compile(smoke, kind):
+    target, drafter, prompts = smoke
+    other = (PromptLookupDrafter(target, 4) if kind == "prompt lookup"
+             else NoFeatureDrafter(drafter.config, target))
     with pytest.raises(ValueError, match="no pass to compile"):
-        speculative_generate(target, PromptLookupDrafter(target, 4), prompts[0], 8, compile=True)
+        speculative_generate(target, other, prompts[0], 8, compile=True)

@@ -151,6 +151,7 @@ def test_sample_device_cuda_without_cuda_is_a_clear_error(smoke_out, capsys):
     assert e.value.code != 0 and "CUDA is not available" in capsys.readouterr().err, "no clear CUDA message"
 
 
-def test_sample_compile_with_a_tree_is_a_clear_error(smoke_out, capsys):
-    message = exit_message(["--out", str(smoke_out), "--compile", "--tree", "4"], capsys)
+@pytest.mark.parametrize("other", [["--tree", "4"], ["--race", "race.html"]], ids=["tree", "race"])
+def test_sample_compile_with_a_tree_or_a_race_is_a_clear_error(smoke_out, capsys, other):
+    message = exit_message(["--out", str(smoke_out), "--compile", *other], capsys)
     assert "--compile runs the path decoder only" in message, f"unclear message: {message}"

@@ -91,6 +91,7 @@ class ARDrafter(Drafter):
     `config.block_size` is the longest chain + 1 (k <= block_size - 1). `mask_token_id` is unused.
     """
     kind = "ar"
+    compiles = False        # its chain drafts one slot a forward, not through the block pass compiled.py runs
 
     def new_rows(self, rows, max_len):
         """A chain is drafted one token at a time: rows are drafted row by row (drafting.RowByRow)."""
@@ -140,6 +141,7 @@ class NoFeatureDrafter(Drafter):
     stay in the state dict, unused, so the layout matches the DFlash drafter's.
     """
     kind = "nofeat"
+    compiles = False        # its blocks skip the context, not through the block pass compiled.py runs
 
     def new_rows(self, rows, max_len):
         """Its blocks see no context: rows are drafted row by row (drafting.RowByRow)."""
