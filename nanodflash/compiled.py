@@ -1,6 +1,7 @@
 """The drafter's pass compiled (torch.compile, gpt-fast style): the same modules, in shapes a compiler keeps.
 
     tokens, stats = speculative_generate(target, drafter, prompt, n, compile=True)
+    python -m nanodflash.tools.calibrate --out out --compile    # the step costs "auto" reads when compiled
 
 A drafter pass is many small tensor operations (2 layers, a block of 2-16 slots), so on a CPU much of its
 time is the cost of launching each one; a compiled graph fuses them. What the eager pass does that a

@@ -12,6 +12,7 @@ The step, and why each verifier is exact: docs/design.md §1.5-1.6.
 """
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -123,8 +124,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     it, seconds to a minute; a DFlash-style drafter only). The target runs eager either way."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
+    sampled = temperature > 0
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
-                        costs=lambda: costs_for(drafter, 1, sampled=temperature > 0), sampled=temperature > 0)
+                        costs=partial(costs_for, drafter, 1, sampled, compile), sampled=sampled)
     n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
     cache = target.new_cache(1, n_max)
     dcache = drafter.new_cache(n_max, compiled=True) if compile else drafter.new_cache(n_max)

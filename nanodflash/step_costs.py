@@ -8,6 +8,7 @@ as rows x tokens grow). They are measured once per machine, never while decoding
     python -m nanodflash.tools.calibrate --out out    # times the steps, writes out/costs.json
     tok, target, drafter = nanodflash.load("out")     # reads the table: auto decides by it
     costs_for(drafter, rows=1, sampled=False)         # [cost(0) = 1, cost(1), ..., cost(B-1)]
+    costs_for(drafter, compiled=True)                 # the compiled pass's (calibrate --compile)
     fix_costs(drafter, table)                         # or put a table in its place (tests, notebooks)
 
 A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
@@ -24,7 +25,7 @@ import torch
 
 from .block_policy import linear_costs
 
-COMPILE = "eager"          # how the decoders run; a compiled path gets tables of its own
+MODES = {False: "eager", True: "compiled"}     # the key's compile mode: the drafter's pass compiled or not
 # The default costs, linear in the drafts per row: rows -> (cost of a step with one draft, the growth per
 # further draft as a share of it), block_policy.linear_costs. Fitted to the default run's table (make demo,
 # then calibrate: docs/log.md) on a 2-core AMD EPYC, one thread, torch 2.13.0; from 2 rows on, a batched
@@ -38,11 +39,12 @@ _TABLES = weakref.WeakKeyDictionary()    # drafter -> the entries of its run fol
 _TOLD = set()                            # machine keys whose missing table was reported (once a process)
 
 
-def cost_key(target):
-    """What a step's cost depends on besides the models: {device, dtype, threads, torch, compile}."""
+def cost_key(target, compiled=False):
+    """What a step's cost depends on besides the models: {device, dtype, threads, torch, compile}; compiled:
+    the drafter's pass compiled (compiled.py)."""
     p = next(target.parameters())
     return dict(device=p.device.type, dtype=str(p.dtype).removeprefix("torch."),
-                threads=torch.get_num_threads(), torch=torch.__version__, compile=COMPILE)
+                threads=torch.get_num_threads(), torch=torch.__version__, compile=MODES[compiled])
 
 
 def describe(key):
@@ -71,11 +73,13 @@ def check_table(drafter, costs):
 
 def fix_costs(drafter, costs, rows=1, sampled=None):
     """Use `costs` ([cost(n) for n in 0..B-1], cost(0) = 1) for `drafter` at `rows` rows on this machine from
-    now on, in place of any table: for greedy steps (sampled=False), sampled ones (True) or both (None)."""
+    now on, in place of any table: for greedy steps (sampled=False), sampled ones (True) or both (None), the
+    drafter's pass eager or compiled."""
     check_table(drafter, costs)
-    key = str(cost_key(drafter.target))
-    for kind in (False, True) if sampled is None else (sampled,):
-        _FIXED.setdefault(drafter, {})[key, rows, kind] = list(costs)
+    for compiled in MODES:
+        key = str(cost_key(drafter.target, compiled))
+        for kind in (False, True) if sampled is None else (sampled,):
+            _FIXED.setdefault(drafter, {})[key, rows, kind] = list(costs)
 
 
 def use_table(drafter, entries):
@@ -90,11 +94,12 @@ def table_for(drafter, key):
     return next((e for e in _TABLES.get(drafter, []) if e["key"] == key and e["block_size"] == B), None)
 
 
-def costs_for(drafter, rows=1, sampled=False):
-    """[cost(n) for n in 0..B-1] of a step of `rows` rows (sampled or greedy): the fixed table, else the run
-    folder's for this machine key (sampled steps of several rows: the greedy table of those rows, when it
-    has no sampled one), else DEFAULT_COSTS, saying once which key has no table."""
-    key = cost_key(drafter.target)
+def costs_for(drafter, rows=1, sampled=False, compiled=False):
+    """[cost(n) for n in 0..B-1] of a step of `rows` rows (sampled or greedy; compiled: the drafter's pass
+    compiled): the fixed table, else the run folder's for this machine key (sampled steps of several rows:
+    the greedy table of those rows, when it has no sampled one), else DEFAULT_COSTS, saying once which key
+    has no table."""
+    key = cost_key(drafter.target, compiled)
     fixed = _FIXED.get(drafter, {}).get((str(key), rows, bool(sampled)))
     if fixed is not None:
         return fixed

@@ -12,8 +12,11 @@ import nanodflash
 from nanodflash import compiled
 from nanodflash.exercises.models import small_target, tiny_dflash2
 from nanodflash.exercises.oracle import ALPHA, N_SAMPLES, PROMPT, H, chi_square_p_value, exact_distribution
+from nanodflash.run_folder import read_costs
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.step_costs import cost_key, costs_for, use_table
 from nanodflash.tools.baselines import NoFeatureDrafter
+from nanodflash.tools.calibrate import calibrate
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 
 WARM_TOKENS = 12        # new tokens of the warm-up's decodes
@@ -122,3 +125,16 @@ def test_a_drafter_without_the_compiled_pass_refuses_to_compile(smoke, kind):
              else NoFeatureDrafter(drafter.config, target))
     with pytest.raises(ValueError, match="no pass to compile"):
         speculative_generate(target, other, prompts[0], 8, compile=True)
+
+
+def test_calibrate_compile_writes_a_batch_1_table_that_only_compiled_decoding_reads(warmed, smoke_out):
+    target, drafter, _ = warmed
+    entry = calibrate(target, drafter, n_calls=3, log=lambda line: None, compiled=True)
+    assert entry["key"] == cost_key(target, compiled=True) != cost_key(target), entry["key"]
+    assert set(entry["costs"]["greedy"]) == {"1"}, "the batched decoder has no compiled pass to time"
+    use_table(drafter, [entry])
+    try:
+        assert costs_for(drafter, compiled=True) == entry["costs"]["greedy"]["1"], "compiled: its own table"
+        assert costs_for(drafter) != entry["costs"]["greedy"]["1"], "eager decoding read the compiled table"
+    finally:
+        use_table(drafter, read_costs(str(smoke_out)))                   # what nanodflash.load gave it

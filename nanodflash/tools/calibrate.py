@@ -3,6 +3,7 @@ block_size="auto" weighs drafts by (nanodflash/step_costs.py). Decoding itself n
 
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
     python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
+    python -m nanodflash.tools.calibrate --out out --compile     # batch 1 with the drafter's pass compiled
 
 A step is timed as the loops run it, after a context of CONTEXT tokens, greedy and sampled. Batch 1 through
 the path decoder's pieces: the newly verified positions projected into the drafter's context, one drafter
@@ -79,16 +80,17 @@ def relative_costs(seconds, max_block_size):
 
 
 @torch.no_grad()
-def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False):
+def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False, compiled=False):
     """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
     block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
     drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
-    costs about as much)."""
+    costs about as much). compiled: the drafter's pass compiled (compiled.py), its graphs made by the
+    warm-up call of each size."""
     B, ids = drafter.config.block_size, drafter.config.target_layer_ids
     device = next(target.parameters()).device
     n = min(CONTEXT, target.config.max_seq_len - B)
     context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
-    cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B)
+    cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B, compiled=compiled)
     _, feats = target(context, cache, layer_ids=ids)
     g = torch.Generator().manual_seed(0)
     rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
@@ -155,22 +157,24 @@ def processor():
         return platform.processor() or "unknown CPU"
 
 
-def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print):
+def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False):
     """Time the steps and return costs.json's entry for this machine: {key, machine, measured, seconds,
     block_size, target (the fingerprint of the target timed), costs: {"greedy": {rows: [cost(n)...]},
-    "sampled": {rows: [...]}}}."""
+    "sampled": {rows: [...]}}}. compiled: batch 1's steps with the drafter's pass compiled, under the
+    compiled key (the batched decoder has no compiled pass)."""
+    rows = (1,) if compiled else rows
     t0, B = time.perf_counter(), drafter.config.block_size
     device = next(target.parameters()).device
     greedy, sampled = {}, {}
     for R in rows:
         for kind, table in (("greedy", greedy), ("sampled", sampled)):
-            seconds = (time_single_steps(target, drafter, n_calls, kind == "sampled") if R == 1
+            seconds = (time_single_steps(target, drafter, n_calls, kind == "sampled", compiled) if R == 1
                        else time_batch_steps(target, drafter, R, n_calls, kind == "sampled"))
             table[str(R)] = relative_costs(seconds, B)
             log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per row "
                 f"costs {table[str(R)][-1]:.2f} steps without drafts")
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
-    return dict(key=cost_key(target), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
+    return dict(key=cost_key(target, compiled), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
                 target=target.fingerprint(),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
@@ -182,6 +186,8 @@ def main(argv=None):
     p.add_argument("--calls", type=ints(3, 1001), default=N_CALLS, help="timed calls per block size and row "
                    "count, the median counts (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--compile", action="store_true", help="the table of batch-1 steps with the drafter's "
+                   "pass compiled (speculative_generate(compile=True)), kept beside the eager one")
     args = p.parse_args(argv)
     check_device(p, args.device)
     torch.set_num_threads(DECODE_THREADS)              # the threads the decoders run with
@@ -189,7 +195,7 @@ def main(argv=None):
         _, target, drafter = load(args.out, args.device)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
-    entry = calibrate(target, drafter, args.calls)
+    entry = calibrate(target, drafter, args.calls, compiled=args.compile)
     path = write_costs(args.out, entry)
     print(f"wrote {path}: the step costs of {describe(entry['key'])} on {entry['machine']} "
           f"({entry['seconds']:.0f} s; {len(read_costs(args.out))} machine key(s) in the file)")
