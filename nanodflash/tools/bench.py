@@ -100,12 +100,16 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
     device = next(target.parameters()).device
-    t0, warm_tokens = time.perf_counter(), min(16, max_new_tokens)
-    if warmup:                                              # first calls pay for allocation and kernel setup
+    warm_tokens, progress = min(16, max_new_tokens), None if log is None else Progress(log, "bench")
+
+    def warm_up():
         for m in methods:
             m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
-    progress = None if log is None else Progress(log, "bench")
-    if progress is not None and warmup:         # a rough scale-up: a prompt costs about its new tokens
+    if warmup:                                              # first calls pay for allocation and kernel setup
+        warm_up()
+    if progress is not None and warmup:         # a rough scale-up of a second, warm pass: a prompt costs
+        t0 = time.perf_counter()                # about its new tokens
+        warm_up()
         guess = (time.perf_counter() - t0) * max_new_tokens / warm_tokens * len(prompts)
         progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
                      f"warm-up, expect about {duration(guess)} for the rows")
