@@ -472,3 +472,16 @@ def test_the_compiled_rows_are_the_headline_dflash_rows_each_named_compiled(smok
     assert compiled == [f"{name} compiled" for name in headline], f"{compiled} are not twins of {headline}"
     greedy = [m.temperature for m in bench_methods.compiled_methods(drafter, sampler, sampled=False)]
     assert greedy == [0.0], f"greedy only should keep the greedy twin alone, got temperatures {greedy}"
+
+
+def test_a_rows_spread_is_over_each_prompts_own_ratio_and_its_step_cost_is_in_plain_steps():
+    plain = dict(by_prompt=[dict(rate=r) for r in (100.0, 200.0, 50.0)], seconds=3.0, tokens=300, bound=None)
+    spec = dict(by_prompt=[dict(rate=r) for r in (150.0, 200.0, 100.0)], draft_s=0.5, verify_s=1.5, steps=100,
+                bound=dict(tokens_per_s=1.0))
+    bench_table.add_spread_and_step_cost(spec, plain)
+    assert spec["by_prompt_speedup"] == [1.25, 1.5, 1.75], \
+        f"per-prompt ratios 1.5, 1.0, 2.0 have quartiles 1.25 / 1.5 / 1.75, got {spec['by_prompt_speedup']}"
+    assert spec["step_cost"] == pytest.approx([0.5, 1.5]), \
+        f"5 ms of draft and 15 ms of verify a step against 10 ms a plain token: {spec['step_cost']}"
+    bench_table.add_spread_and_step_cost(plain, plain)
+    assert plain["step_cost"] is None and plain["by_prompt_speedup"] == [1.0, 1.0, 1.0]

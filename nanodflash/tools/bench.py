@@ -13,6 +13,8 @@ warm-up; progress goes to stderr (an estimate after the warm-up, then prompt k o
     fwd/token    target forward passes per generated token (a hook on target.forward), about 1/tau
     tok/s        median over prompts of (generated tokens / wall-clock seconds)
     speedup      tok/s over that of plain decoding at the same temperature
+    by prompt    each prompt's tok/s over plain's on it: the median [interquartile range] over prompts
+    draft+verify a step's draft and verify time in plain steps (plain's seconds per token), from the loop
 Rows: by default bench_methods.headline_methods (plain and the drafter's own B greedy; plain and rejection
 B=4 and auto at T=0.7 top-p 0.95); with --all_rows bench_methods.default_methods (B=4/8/16/auto, prompt
 lookup, baselines and other drafters, T=1, both verifiers, sampled trees, the main and the sampling drafter).
@@ -170,20 +172,9 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
         base = next(b for b in rows if b["temperature"] == r["temperature"])
         r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
         r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
+        bench_table.add_spread_and_step_cost(r, base)
     tau_by_repetition(rows)
     return rows
-
-
-def compile_rows(target, drafter, sampler, prompt, args):
-    """--compile: the compiled twins of the headline's DFlash rows, their graphs compiled here, once, by a
-    decode of each at the bench's length (a later block size of a new kind may still compile one more)."""
-    methods = compiled_methods(drafter, sampler, greedy=not args.sampled_only, sampled=not args.greedy_only)
-    t0 = time.perf_counter()
-    for m in methods:
-        m.run(target, drafter, prompt, args.max_new_tokens, torch.Generator().manual_seed(args.seed))
-    to_stderr(f"[bench] compiled the drafters' passes for {len(methods)} rows in "
-              f"{duration(time.perf_counter() - t0)}")
-    return methods
 
 
 def parse_args(argv=None):
@@ -241,7 +232,8 @@ def main(argv=None, extra=None):
         else:
             methods, extra = headline_methods(drafter, sampler), {}
         if args.compile:
-            methods += compile_rows(target, drafter, sampler, prompts[0], args)
+            methods += compiled_methods(drafter, sampler, not args.sampled_only, not args.greedy_only,
+                                        warm=(target, prompts[0], args.max_new_tokens, args.seed))
         rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
                              log=to_stderr)
     except (FileNotFoundError, ValueError) as e:

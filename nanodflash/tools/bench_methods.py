@@ -6,12 +6,16 @@ A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, 
 default, `default_methods` every row (`--all_rows`).
 """
 
+import time
 from collections import namedtuple
+
+import torch
 
 from ..sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..tree import tree_speculative_generate
 from .baselines import AR_KS
+from .progress import duration, to_stderr
 from .prompt_lookup import PromptLookupDrafter
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
@@ -156,14 +160,24 @@ def headline_methods(drafter, sampler=None):
     return [m for m in default_methods(drafter, sampler=sampler) if m.name in wanted]
 
 
-def compiled_methods(drafter, sampler=None, greedy=True, sampled=True):
+def compiled_methods(drafter, sampler=None, greedy=True, sampled=True, warm=None):
     """The headline's DFlash rows again with the drafter's pass compiled (compiled.py), each named "<its eager
-    row> compiled". The target runs eager in both, so the plain rows serve both modes."""
+    row> compiled". The target runs eager in both, so the plain rows serve both modes. warm: (target, prompt,
+    max_new_tokens, seed) to compile their graphs now, by a decode of each, and say how long it took (a
+    later block size of a new kind may still compile one more)."""
     B, kind = drafter.config.block_size, kind_of(drafter)
     name, d = list(sampling_drafters(drafter, sampler).items())[-1]
     own, (T, p) = None if d is drafter else d, SAMPLED
     methods = [Method(f"{kind} greedy B={min(16, B)} compiled", 0.0, dflash_method(min(16, B), compile=True))]
-    methods = methods if greedy else []
-    return methods + [Method(f"{name} T={T} p={p} rejection B={b} compiled", T,
-                             dflash_method(b, T, "rejection", own, p, compile=True))
-                      for b in ((min(SAMPLED_B, d.config.block_size), "auto") if sampled else ())]
+    methods = (methods if greedy else []) + [
+        Method(f"{name} T={T} p={p} rejection B={b} compiled", T, dflash_method(b, T, "rejection", own, p,
+                                                                                compile=True))
+        for b in ((min(SAMPLED_B, d.config.block_size), "auto") if sampled else ())]
+    if warm is not None:
+        target, prompt, max_new_tokens, seed = warm
+        t0 = time.perf_counter()
+        for m in methods:
+            m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed))
+        to_stderr(f"[bench] compiled the drafters' passes for {len(methods)} rows in "
+                  f"{duration(time.perf_counter() - t0)}")
+    return methods

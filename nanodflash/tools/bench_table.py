@@ -2,15 +2,35 @@
 line of a speculative row, `block_size="auto"`'s costs as the run measured them (`policy_costs`) and the
 comparison of a row with the best of some others (`compare`)."""
 
+import statistics
+
+
+def add_spread_and_step_cost(row, plain):
+    """Against `plain`, the plain row of its temperature: row["by_prompt_speedup"] = [first quartile,
+    median, third quartile] over prompts of each prompt's tok/s over plain's on the same prompt, and
+    row["step_cost"] = [draft, verify] per step in plain steps (the loop's timers over plain's seconds per
+    token; None for a plain row)."""
+    ratios = [a["rate"] / b["rate"] for a, b in zip(row["by_prompt"], plain["by_prompt"])]
+    row["by_prompt_speedup"] = (statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1
+                                else ratios * 3)
+    t_plain = plain["seconds"] / plain["tokens"]
+    row["step_cost"] = (None if row["bound"] is None else
+                        [row["draft_s"] / row["steps"] / t_plain, row["verify_s"] / row["steps"] / t_plain])
+
 
 def format_table(rows):
     """A line per row; `repeated`: the share of the row's output tokens that close a 4-gram seen before in
-    their continuation (repetition.py), the text its τ was measured on."""
+    their continuation (repetition.py), the text its τ was measured on; `by prompt`: the median and
+    interquartile range of each prompt's speedup; `draft+verify`: a step's cost in plain steps."""
     w = max([36] + [len(r["name"]) for r in rows])                    # the longest row name sets the column
-    lines = [f"{'method':<{w}} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8}"]
+    lines = [f"{'method':<{w}} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8} "
+             f"{'by prompt [IQR]':>20} {'draft+verify':>12}"]
     for r in rows:
+        q1, median, q3 = r["by_prompt_speedup"]
+        cost = "" if r["step_cost"] is None else "{:.2f}+{:.2f}".format(*r["step_cost"])
         lines.append(f"{r['name']:<{w}} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
-                     f"{r['forwards_per_token']:>9.3f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x")
+                     f"{r['forwards_per_token']:>9.3f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x "
+                     f"{f'{median:.2f}x [{q1:.2f}-{q3:.2f}]':>20} {cost:>12}")
     return "\n".join(lines)
 
 
