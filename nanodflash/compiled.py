@@ -20,16 +20,18 @@ compiler cannot keep, and what this module does instead:
 - `layers.Stacked` builds its stacked weights inside the graph (it cannot keep its Python cache there).
 
 Only the block pass is compiled: the context's projection (a varying number of new positions), the selector
-and the walk that picks the drafts stay eager, and so does the target, whose forward timed no faster
-compiled on the CPUs we measured (docs/log.md). A compiled run's drafts can differ from the eager run's where
-two logits are within rounding of each other (a fused kernel adds in another order); the verifier decides
-what is kept, so the output is the target's either way (tests/test_compiled.py).
+and the walk that picks the drafts stay eager, and so does the target: compiled, its layers ran no faster on
+the Intel Xeon this was measured on, where a small operation costs ~2 µs (a CPU where each costs more gained
+1.4-2x from a compiled target forward: docs/log.md). A compiled run's drafts can differ from the eager
+run's where two logits are within rounding of each other (a fused kernel adds in another order); the
+verifier decides what is kept, so the output is the target's either way (tests/test_compiled.py).
 """
+
+import functools
 
 import torch
 
 GRAPHS_PER_PASS = 64    # graphs torch may keep for the pass (it counts them for every drafter together)
-_COMPILED = []          # the compiled pass, made on first use (torch.compile's import takes seconds)
 
 
 def buffer_length(max_len, window):
@@ -56,11 +58,11 @@ def run_pass(drafter, x, cos, sin, context, mask):
     return drafter.block_pass(x, cos, sin, context, mask)
 
 
+@functools.cache
 def compiled_run_pass():
-    """run_pass compiled (once per process; its first calls for a drafter compile graphs: seconds each)."""
-    if not _COMPILED:
-        _COMPILED.append(torch.compile(run_pass, fullgraph=True))
-    return _COMPILED[0]
+    """run_pass compiled, made on first use (torch.compile's import takes seconds); its first calls for a
+    drafter compile its graphs, seconds each."""
+    return torch.compile(run_pass, fullgraph=True)
 
 
 def block_pass(drafter, x, cos, sin, cache):
