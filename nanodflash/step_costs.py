@@ -96,14 +96,15 @@ def table_for(drafter, key):
 
 def costs_for(drafter, rows=1, sampled=False, compiled=False):
     """[cost(n) for n in 0..B-1] of a step of `rows` rows (sampled or greedy; compiled: the drafter's pass
-    compiled): the fixed table, else the run folder's for this machine key (sampled steps of several rows:
-    the greedy table of those rows, when it has no sampled one), else DEFAULT_COSTS, saying once which key
-    has no table."""
+    compiled): the fixed table, else the run folder's for this machine key (compiled without one: the eager
+    key's; sampled steps of several rows: the greedy table of those rows, when it has no sampled one), else
+    DEFAULT_COSTS, saying once which key has no table."""
     key = cost_key(drafter.target, compiled)
     fixed = _FIXED.get(drafter, {}).get((str(key), rows, bool(sampled)))
     if fixed is not None:
         return fixed
-    entry = table_for(drafter, key)
+    # compiled without a compiled table: this machine's eager one (a compiled draft costs a little less)
+    entry = table_for(drafter, key) or (table_for(drafter, cost_key(drafter.target)) if compiled else None)
     if entry is not None:
         tables = entry["costs"]["sampled" if sampled else "greedy"]
         table = tables.get(str(rows)) or entry["costs"]["greedy"].get(str(rows))
@@ -112,6 +113,6 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
     if str(key) not in _TOLD:
         _TOLD.add(str(key))
         print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
-              "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR` measures this "
-              "machine's", file=sys.stderr)
+              "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
+              f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)
     return default_costs(drafter.config.block_size, rows, sampled)

@@ -485,3 +485,6 @@ def test_a_rows_spread_is_over_each_prompts_own_ratio_and_its_step_cost_is_in_pl
         f"5 ms of draft and 15 ms of verify a step against 10 ms a plain token: {spec['step_cost']}"
     bench_table.add_spread_and_step_cost(plain, plain)
     assert plain["step_cost"] is None and plain["by_prompt_speedup"] == [1.0, 1.0, 1.0]
+    idle = dict(spec, steps=0)                                               # a run that took no step
+    bench_table.add_spread_and_step_cost(idle, plain)
+    assert idle["step_cost"] is None, "a row without steps has no step cost (and must not divide by 0)"

@@ -138,3 +138,19 @@ def test_calibrate_compile_writes_a_batch_1_table_that_only_compiled_decoding_re
         assert costs_for(drafter) != entry["costs"]["greedy"]["1"], "eager decoding read the compiled table"
     finally:
         use_table(drafter, read_costs(str(smoke_out)))                   # what nanodflash.load gave it
+
+
+def test_compiled_auto_decides_by_the_compiled_table_and_eager_auto_by_the_eager_one(warmed, smoke_out):
+    target, drafter, prompts = warmed
+    B = drafter.config.block_size
+    dear = [1.0] + [100.0] * (B - 1)                         # in the compiled table no draft ever pays
+    entry = dict(key=cost_key(target, compiled=True), block_size=B, costs=dict(greedy={"1": dear},
+                                                                                 sampled={"1": dear}))
+    use_table(drafter, [*read_costs(str(smoke_out)), entry])
+    try:
+        _, fast = speculative_generate(target, drafter, prompts[0], 20, block_size="auto", compile=True)
+        _, eager = speculative_generate(target, drafter, prompts[0], 20, block_size="auto")
+    finally:
+        use_table(drafter, read_costs(str(smoke_out)))
+    assert set(fast.block_sizes) == {1}, f"compiled auto drafted against its table: {fast.block_sizes}"
+    assert max(eager.block_sizes) > 1, f"eager auto read the compiled table: {eager.block_sizes}"

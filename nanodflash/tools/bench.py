@@ -84,11 +84,13 @@ ORACLE_TOP_K = 16
 def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
                   warmup=True, log=None):
     """Run every method on every prompt (interleaved); return one row dict per method. log(line), when
-    given, gets an estimate after the warm-up and progress lines (prompt, row, elapsed, ETA) as it goes.
+    given, gets an estimate from a second, timed warm-up pass and progress lines (prompt, row, elapsed,
+    ETA) as it goes.
 
     Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
-    they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s) and, for greedy rows,
-    matches_plain (every output equal to the first greedy method's output on that prompt).
+    they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s), by_prompt_speedup and
+    step_cost (bench_table.add_spread_and_step_cost) and, for greedy rows, matches_plain (every output equal
+    to the first greedy method's output on that prompt).
 
     ceiling (speculative rows; None for plain ones) is an upper bound on speedup BY CONSTRUCTION: within
     one timed run the loop's draft and verify timers cover disjoint parts of it, so its tokens/s is at

@@ -6,15 +6,15 @@ import statistics
 
 
 def add_spread_and_step_cost(row, plain):
-    """Against `plain`, the plain row of its temperature: row["by_prompt_speedup"] = [first quartile,
-    median, third quartile] over prompts of each prompt's tok/s over plain's on the same prompt, and
-    row["step_cost"] = [draft, verify] per step in plain steps (the loop's timers over plain's seconds per
-    token; None for a plain row)."""
+    """Against `plain`, the baseline row of its temperature (the first row at it: `speedup`'s too):
+    row["by_prompt_speedup"] = [first quartile, median, third quartile] over prompts of each prompt's tok/s
+    over plain's on the same prompt, and row["step_cost"] = [draft, verify] per step in plain steps (the
+    loop's timers over plain's seconds per token; None for a plain row, or a row that took no step)."""
     ratios = [a["rate"] / b["rate"] for a, b in zip(row["by_prompt"], plain["by_prompt"])]
     row["by_prompt_speedup"] = (statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1
                                 else ratios * 3)
     t_plain = plain["seconds"] / plain["tokens"]
-    row["step_cost"] = (None if row["bound"] is None else
+    row["step_cost"] = (None if row["bound"] is None or not row["steps"] else
                         [row["draft_s"] / row["steps"] / t_plain, row["verify_s"] / row["steps"] / t_plain])
 
 
