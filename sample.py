@@ -40,6 +40,7 @@ from nanodflash.tools import race as race_lanes
 from nanodflash.tools.cli import MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from nanodflash.tools.hf_tokenizer import normalize
 from nanodflash.tools.measure import greedy_difference, side_by_side
+from nanodflash.tools.origins import bars, origins, render, styled
 from nanodflash.tools.race_page import write_race_page
 from nanodflash.tools.trace import TraceRecorder
 from nanodflash.tools.trace_page import write_page
@@ -61,10 +62,6 @@ DEVICE = "cpu"           # cpu or cuda
 REPEATS = 3              # timed runs of each method, after one warm-up each
 GREEDY_FAILED = ("greedy self-check FAILED: DFlash output differs from plain greedy decoding; the lossless "
                  "guarantee is broken")
-STYLE = {"prompt": "\033[2m", "draft": "\033[32m", "target": "\033[35m"}   # dim, green, magenta
-# brackets never in code, unlike [] and {}
-MARK = {"prompt": ("", ""), "draft": ("⟦", "⟧"), "target": ("⟨", "⟩")}
-RESET = "\033[0m"
 # -----------------------------------------------------------------------------
 
 
@@ -134,56 +131,6 @@ def default_prompt(tok, target, max_new_tokens, seed, data, candidates=CANDIDATE
     return prompts[i], (f"prompt: the least repetitive of {candidates} validation prompts (--seed {seed}): "
                         f"its plain greedy continuation {100 * shares[i]:.0f}% repeated, the others' "
                         f"{100 * min(others):.0f}-{100 * max(others):.0f}%")
-
-
-def origins(n_tokens, acceptance_lengths, accepted_drafts=None):
-    """Per generated token: "target" (prefill or bonus) or "draft" (accepted draft).
-
-    `accepted_drafts` (SpecStats.accepted_drafts) says how many of each step's tokens were drafts; without
-    it every step is taken to end with its bonus token, which holds when no stop token cut a step short.
-
-    >>> origins(5, [3, 1])                     # prefill, then step 1: 2 drafts + bonus, step 2: bonus only
-    ['target', 'draft', 'draft', 'target', 'target']
-    >>> origins(3, [2], accepted_drafts=[2])   # a stop token among the drafts: no bonus in that step
-    ['target', 'draft', 'draft']
-    """
-    accepted_drafts = accepted_drafts or [n - 1 for n in acceptance_lengths]
-    out = ["target"]
-    for n, d in zip(acceptance_lengths, accepted_drafts):
-        out += ["draft"] * d + ["target"] * (n - d)
-    if len(out) != n_tokens:
-        raise AssertionError(f"acceptance lengths account for {len(out)} tokens, but {n_tokens} were "
-                             "generated")
-    return out
-
-
-def render(tok, prompt_ids, tokens, kinds, style):
-    """The prompt and the continuation; style "color": each run of same-origin tokens coloured, "markers":
-    marked ⟦drafted⟧ ⟨target⟩ (MARK), "plain": the text alone.
-
-    Runs are decoded separately, so a multi-byte character split across two runs shows as U+FFFD.
-    """
-    ids, kinds = prompt_ids + tokens, ["prompt"] * len(prompt_ids) + kinds
-    if style == "plain":
-        return tok.decode_bytes(ids).decode("utf-8", errors="replace")
-    runs, start = [], 0
-    for i in range(1, len(ids) + 1):                    # a target token is a run of its own (one per step)
-        if i == len(ids) or kinds[i] != kinds[i - 1] or kinds[i] == "target":
-            runs.append((kinds[start], tok.decode_bytes(ids[start:i]).decode("utf-8", errors="replace")))
-            start = i
-    return "".join(styled(k, s, style) for k, s in runs)
-
-
-def styled(kind, text, style):
-    """text in the colour (style "color") or between the markers ("markers") of its origin `kind`."""
-    return f"{STYLE[kind]}{text}{RESET}" if style == "color" else f"{MARK[kind][0]}{text}{MARK[kind][1]}"
-
-
-def bars(counts, width=40):
-    """A bar per value 1..max of {small positive int: count} (SpecStats.histogram, block sizes)."""
-    top = max(counts.values(), default=0) or 1
-    return "\n".join(f"  {n:3d} | {'#' * round(width * counts.get(n, 0) / top):<{width}} {counts.get(n, 0)}"
-                     for n in range(1, max(counts, default=1) + 1))
 
 
 def compile_drafter(decoder, target, drafter, prompt_ids, max_new_tokens, spec_kw):

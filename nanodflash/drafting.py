@@ -6,8 +6,8 @@ these methods and never asks which kind it is. A new kind subclasses `DrafterInt
 `extend` and `slot_logits`, and inherits the rest; it overrides a method where it knows better (DFlash 2's
 selector scores its candidates after each predecessor; an autoregressive chain drafts one token at a time).
 
-    new_cache(max_len[, compiled])              its context for one sequence (compiled=True: DFlash-style
-                                                drafters only, their passes compiled: compiled.py)
+    new_cache(max_len[, compiled])              its context for one sequence (compiled=True: a drafter whose
+                                                `compiles` is True, its passes compiled: compiled.py)
     extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
     context_length(cache)                       the verified positions it holds
     mark(cache), rewind(cache, mark)            forget what a step added (timing steps: step_costs.py)
@@ -33,6 +33,7 @@ class DrafterInterface:
     slot_logits."""
 
     kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
+    compiles = False        # whether new_cache(max_len, compiled=True) drafts through compiled.py's pass
 
     def context_length(self, cache):
         """How many verified positions the drafter's context holds."""
@@ -83,10 +84,8 @@ class TokenContext(DrafterInterface):
     """A drafter whose context is the verified token ids themselves, a plain list (prompt lookup, the
     exercises' oracles): it asks the target for one layer's features and ignores them."""
 
-    def new_cache(self, max_len, compiled=False):
+    def new_cache(self, max_len):
         """The verified token ids, oldest first (`max_len` is not needed)."""
-        if compiled:
-            raise ValueError(f"a {self.kind} drafter has no pass to compile; decode it with compile=False")
         return []
 
     def extend(self, cache, features, tokens):

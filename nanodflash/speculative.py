@@ -121,9 +121,11 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     drafter's context is extended (tools/trace.py records a run with it); it runs outside the timed sections
     and must not touch the caches or the generator.
     compile: True runs the drafter's block pass compiled (compiled.py; the first call with a drafter compiles
-    it, seconds to a minute; a DFlash-style drafter only). The target runs eager either way."""
+    it, seconds to a minute; a drafter whose `compiles` is True). The target runs eager either way."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
+    if compile and not drafter.compiles:
+        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
     sampled = temperature > 0
     sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
                         costs=partial(costs_for, drafter, 1, sampled, compile), sampled=sampled)

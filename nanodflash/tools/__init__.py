@@ -1,7 +1,8 @@
 """Tooling around the algorithm, by purpose. Tools import nanodflash's core; the core never imports a tool.
 
-    benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their rows
-                 (bench_methods.py), printed table (bench_table.py), step costs timed in isolation
+    benchmarks   bench.py (python -m nanodflash.tools.bench), bench_batch.py, bench_tree.py; their core, the
+                 methods run interleaved into rows (bench_run.py), the rows (bench_methods.py), the
+                 printed table (bench_table.py), step costs timed in isolation
                  (draft_costs.py), where τ is lost (lost_tau.py), measuring helpers (measure.py) and
                  progress lines on stderr for long runs (progress.py)
     step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
@@ -13,7 +14,8 @@
                  drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
-    traces       trace.py: a run recorded step by step (sample.py --html); trace_page.py: its HTML page;
+    traces       origins.py: which tokens the drafter wrote, shown in the text (sample.py); trace.py: a run
+                 recorded step by step (sample.py --html); trace_page.py: its HTML page;
                  race.py: plain and speculative lanes timed on one prompt (sample.py --race); race_page.py:
                  their page, which replays them side by side; whatif_panel.py: its what-if panel
     course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts;

@@ -6,16 +6,13 @@ A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, 
 default, `default_methods` every row (`--all_rows`).
 """
 
-import time
 from collections import namedtuple
-
-import torch
+from functools import partial
 
 from ..sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..tree import tree_speculative_generate
 from .baselines import AR_KS
-from .progress import duration, to_stderr
 from .prompt_lookup import PromptLookupDrafter
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
@@ -36,10 +33,10 @@ def plain_method(temperature=0.0, top_p=None):
     return run
 
 
-def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, top_p=None, compile=False):
-    """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter);
-    compile: the drafter's pass compiled (compiled.py)."""
-    def run(target, default_drafter, prompt, max_new_tokens, generator):
+def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, top_p=None):
+    """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter); its
+    run takes compile=True too (the drafter's pass compiled: compiled.py)."""
+    def run(target, default_drafter, prompt, max_new_tokens, generator, compile=False):
         return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
                                     block_size=block_size, temperature=temperature, top_p=top_p,
                                     verifier=verifier, generator=generator, compile=compile)
@@ -160,24 +157,10 @@ def headline_methods(drafter, sampler=None):
     return [m for m in default_methods(drafter, sampler=sampler) if m.name in wanted]
 
 
-def compiled_methods(drafter, sampler=None, greedy=True, sampled=True, warm=None):
-    """The headline's DFlash rows again with the drafter's pass compiled (compiled.py), each named "<its eager
-    row> compiled". The target runs eager in both, so the plain rows serve both modes. warm: (target, prompt,
-    max_new_tokens, seed) to compile their graphs now, by a decode of each, and say how long it took (a
-    later block size of a new kind may still compile one more)."""
-    B, kind = drafter.config.block_size, kind_of(drafter)
-    name, d = list(sampling_drafters(drafter, sampler).items())[-1]
-    own, (T, p) = None if d is drafter else d, SAMPLED
-    methods = [Method(f"{kind} greedy B={min(16, B)} compiled", 0.0, dflash_method(min(16, B), compile=True))]
-    methods = (methods if greedy else []) + [
-        Method(f"{name} T={T} p={p} rejection B={b} compiled", T, dflash_method(b, T, "rejection", own, p,
-                                                                                compile=True))
-        for b in ((min(SAMPLED_B, d.config.block_size), "auto") if sampled else ())]
-    if warm is not None:
-        target, prompt, max_new_tokens, seed = warm
-        t0 = time.perf_counter()
-        for m in methods:
-            m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed))
-        to_stderr(f"[bench] compiled the drafters' passes for {len(methods)} rows in "
-                  f"{duration(time.perf_counter() - t0)}")
-    return methods
+def compiled_methods(drafter, sampler=None, greedy=True, sampled=True):
+    """The headline's DFlash rows (greedy, sampled or both) again with the drafter's pass compiled
+    (compiled.py), each named "<its eager row> compiled". The target runs eager in both, so the plain rows
+    serve both modes; the bench's warm-up compiles their graphs."""
+    rows = [m for m in headline_methods(drafter, sampler)
+            if not m.name.startswith("plain") and (sampled if m.temperature > 0 else greedy)]
+    return [Method(f"{m.name} compiled", m.temperature, partial(m.run, compile=True)) for m in rows]

@@ -31,8 +31,8 @@ class OracleSelector(DrafterInterface):
         self.config = drafter.config
         self.hits = self.slots = 0          # drafted slots whose true token was among the candidates / all
 
-    def new_cache(self, max_len, compiled=False):
-        return self.drafter.new_cache(max_len, compiled)
+    def new_cache(self, max_len):
+        return self.drafter.new_cache(max_len)
 
     def extend(self, cache, features, tokens):
         self.drafter.extend(cache, features, tokens)

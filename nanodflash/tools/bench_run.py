@@ -1,0 +1,120 @@
+"""The benchmark's core: every method on every prompt, interleaved, timed, one row per method.
+
+    rows = run_benchmark(target, drafter, prompts, methods)     # methods: bench_methods.py
+
+`python -m nanodflash.tools.bench` (bench.py) prints these rows and the sections after them; bench_tree.py and
+the notebooks call it too.
+"""
+
+import statistics
+import time
+
+import torch
+
+from ..repetition import pooled_repetition, repetition
+from . import bench_table
+from .bench_methods import default_methods
+from .measure import ForwardCounter, interleaved, tau_by_band, tau_by_repetition
+from .progress import Progress, duration
+
+MAX_NEW_TOKENS, SEED = 96, 1337     # new tokens per prompt (480: long generations), the seed of prompt 0
+
+
+def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
+                  warmup=True, log=None):
+    """Run every method on every prompt (interleaved); return one row dict per method. log(line), when
+    given, gets an estimate from a second, timed warm-up pass and progress lines (prompt, row, elapsed,
+    ETA) as it goes.
+
+    Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
+    they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s), by_prompt_speedup and
+    step_cost (bench_table.add_spread_and_step_cost) and, for greedy rows, matches_plain (every output equal
+    to the first greedy method's output on that prompt).
+
+    ceiling (speculative rows; None for plain ones) is an upper bound on speedup BY CONSTRUCTION: within
+    one timed run the loop's draft and verify timers cover disjoint parts of it, so its tokens/s is at
+    most tokens / (draft_time + verify_time); that holds prompt by prompt, the median keeps it (each order
+    statistic of the rates is <= the same one of the bounds; for an even count we take the upper median),
+    and speedup and ceiling divide by the same plain tok/s. `bound` holds that median prompt's numbers per
+    step: ceiling = tau * t_plain / (t_draft + t_verify) with t_plain = 1 / plain tok/s, tau counting the
+    prefill's token. Unlike isolated step costs, in-loop costs include everything the loop does.
+    """
+    methods = methods or default_methods(drafter)
+    if len({m.name for m in methods}) != len(methods):
+        raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
+    device = next(target.parameters()).device
+    warm_tokens, progress = min(16, max_new_tokens), None if log is None else Progress(log, "bench")
+
+    def warm_up():
+        for m in methods:
+            m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
+    t0 = time.perf_counter()
+    if warmup:                          # first calls pay for allocation, kernel setup and any compiling
+        warm_up()
+    if progress is not None and warmup:         # a rough scale-up of a second, warm pass: a prompt costs
+        t1 = time.perf_counter()                # about its new tokens
+        warm_up()
+        guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts)
+        progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
+                     f"warm-up, expect about {duration(guess)} for the rows (the first warm-up pass took "
+                     f"{duration(t1 - t0)}, compiling included)")
+    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
+                        bounds=[], runs=[], outs=[], by_prompt=[],
+                        matches_plain=True if m.temperature == 0 else None)
+           for m in methods}
+    counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
+    calls = 0
+
+    def run(m, prompt, i):
+        counter.n = 0
+        return m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed + i))
+
+    try:
+        for i, m, (tokens, stats), dt in interleaved(methods, prompts, run, device):
+            a, steps = acc[m.name], len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
+            calls += 1
+            if progress is not None:
+                progress.done(calls, len(methods) * len(prompts), f"prompt {i + 1}/{len(prompts)}, {m.name}")
+            outputs[i][m.name] = tokens
+            a["outs"].append(tokens)
+            a["tokens"] += len(tokens)
+            a["steps"] += steps
+            a["forwards"] += counter.n
+            a["seconds"] += dt
+            a["rates"].append(len(tokens) / dt)
+            a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
+                                       repetition=repetition(tokens)))
+            if stats is not None:
+                a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
+                a["draft_s"] += stats.draft_time
+                a["verify_s"] += stats.verify_time
+                loop = stats.draft_time + stats.verify_time
+                a["bounds"].append(dict(                                   # loop <= dt (see above)
+                    tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
+                    tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
+                    verify_s=stats.verify_time / max(steps, 1)))
+    finally:
+        counter.remove()
+    greedy = [m.name for m in methods if m.temperature == 0]
+    for out in outputs:                                     # lossless: every greedy output == the first one's
+        for name in greedy:
+            acc[name]["matches_plain"] &= out[name] == out[greedy[0]]
+    rows, n = [], len(prompts)
+    for m in methods:
+        a = acc[m.name]
+        rate = statistics.median(a.pop("rates"))
+        bounds = sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
+        runs = a.pop("runs")
+        a["repetition"] = pooled_repetition(a.pop("outs"))          # of the text this row's τ came from
+        a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # for JSON
+        rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
+                         tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
+                         forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate,
+                         bound=bounds[len(bounds) // 2] if bounds else None, **a))   # median (upper if even)
+    for r in rows:
+        base = next(b for b in rows if b["temperature"] == r["temperature"])
+        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+        r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
+        bench_table.add_spread_and_step_cost(r, base)
+    tau_by_repetition(rows)
+    return rows
