@@ -43,18 +43,19 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
     device = next(target.parameters()).device
-    warm_tokens, progress = min(16, max_new_tokens), None if log is None else Progress(log, "bench")
+    warm_tokens, t0 = min(16, max_new_tokens), time.perf_counter()
 
     def warm_up():
         for m in methods:
             m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
-    t0 = time.perf_counter()
     if warmup:                          # first calls pay for allocation, kernel setup and any compiling
         warm_up()
-    if progress is not None and warmup:         # a rough scale-up of a second, warm pass: a prompt costs
+    if log is not None and warmup:              # a rough scale-up of a second, warm pass: a prompt costs
         t1 = time.perf_counter()                # about its new tokens
         warm_up()
         guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts)
+    progress = None if log is None else Progress(log, "bench")       # its clock starts after the warm-up
+    if progress is not None and warmup:
         progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
                      f"warm-up, expect about {duration(guess)} for the rows (the first warm-up pass took "
                      f"{duration(t1 - t0)}, compiling included)")
