@@ -56,7 +56,7 @@ BLOCK_SIZE = None        # draft block B or "auto" (block_policy.py); None: draf
 TEMPERATURE = 0.0        # 0 = greedy, which also runs the lossless self-check
 TOP_K = None             # keep only the k most likely tokens (T > 0)
 TOP_P = None             # nucleus sampling (T > 0)
-VERIFIER = "rejection"   # T > 0, the library's default: accepts more drafts than "match" (the official rule)
+VERIFIER = "rejection"   # T > 0, the library's and dflash 0.1.0's rule: accepts more drafts than "match"
 SEED = 1337              # picks the validation prompt and seeds sampling
 DEVICE = "cpu"           # cpu or cuda
 REPEATS = 3              # timed runs of each method, after one warm-up each
@@ -90,8 +90,8 @@ def parse_args(argv=None):
     a("--top_p", type=floats(0, 1, low_open=True), default=TOP_P, help="nucleus (top-p) filtering for T > 0 "
       "(default: off)")
     a("--verifier", default=VERIFIER, choices=VERIFIERS, help="T > 0 acceptance rule (default: %(default)s, "
-      "as in the library: it accepts more drafts than match, the official DFlash rule, and is faster at "
-      "every temperature and block size the benchmark measures)")
+      "as in the library and the official dflash 0.1.0: it accepts more drafts than match, the rule of an "
+      "earlier official snapshot, and is faster at every temperature and block size the benchmark measures)")
     a("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the validation prompt and seeds sampling "
       "(default: %(default)s)")
     a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")

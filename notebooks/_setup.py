@@ -37,6 +37,7 @@ from nanodflash.repetition import pooled_repetition, repetition
 from nanodflash.speculative import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
+TRAIN_THREADS = torch.get_num_threads()           # torch's own default (every core), as train_tiny.py trains
 
 FILES = ("tokenizer.bpe", "target.pt", "data.pt", "drafter.pt")
 CORPUS = DEFAULT_CORPUS     # the corpus of the run load_run() loaded (its run.json's), for code_prompt
@@ -118,6 +119,18 @@ def train_smoke(folder):
     print(run.stdout, end="")
     if run.returncode:
         raise RuntimeError(f"train_tiny.py --smoke --out {folder} failed (exit status {run.returncode})")
+
+
+@contextlib.contextmanager
+def training_threads():
+    """Train inline on TRAIN_THREADS threads, as train_tiny.py trains; then back to the decoding cells'
+    thread count (load_run sets it)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def n_params(module):

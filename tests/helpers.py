@@ -21,6 +21,7 @@ from nanodflash.exercises.models import (  # noqa: F401 (the suite's models live
     OracleDrafter,
     greedy_continuation,
     soft_pair,
+    tiny_dflash2,
     tiny_drafter,
     tiny_target,
 )

@@ -7,12 +7,17 @@ import shutil
 import pytest
 import torch
 
-from helpers import tiny_drafter, tiny_target
+from helpers import tiny_dflash2, tiny_drafter, tiny_target
 from nanodflash.pipeline import recipe
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools import baselines, bench, draft_costs
-from nanodflash.tools.baselines import ARDrafter, NoFeatureDrafter, causal_training_mask
+from nanodflash.tools.baselines import (
+    ARDrafter,
+    NoFeatureDFlash2Drafter,
+    NoFeatureDrafter,
+    causal_training_mask,
+)
 from nanodflash.tools.measure import DraftForwardCounter
 from nanodflash.train_drafter import (
     DraftTraining,
@@ -149,9 +154,20 @@ def test_training_the_ar_drafter_lowers_its_loss_and_beats_an_untrained_one(trai
 
 # ----------------------------------------------------------------------------- the no-feature ablation
 
-def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target, drafter):
-    nofeat = NoFeatureDrafter(drafter.config, target).double().eval()
+def no_feature_pair(target, kind):
+    """(the DFlash drafter of `kind`, its no-feature partner with the same weights)."""
+    if kind == "dflash":
+        drafter, cls = tiny_drafter(target), NoFeatureDrafter
+    else:
+        drafter, cls = tiny_dflash2(target, perturb=0.3), NoFeatureDFlash2Drafter
+    nofeat = cls(drafter.config, target).double().eval()
     nofeat.load_state_dict(drafter.state_dict())
+    return drafter, nofeat
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target, kind):
+    drafter, nofeat = no_feature_pair(target, kind)
     x = torch.randint(0, 62, (2, 40), generator=torch.Generator().manual_seed(3))
     _, feats = target(x, layer_ids=drafter.config.target_layer_ids)
     other = torch.randn_like(feats) * 5
@@ -159,26 +175,40 @@ def test_no_feature_drafter_logits_do_not_depend_on_the_context_features(target,
     torch.testing.assert_close(nofeat(feats, x, anchors), nofeat(other, x, anchors), rtol=0, atol=0,
                                msg="no-feature drafter (training form) changed with the context features")
     assert not torch.allclose(drafter(feats, x, anchors), drafter(other, x, anchors)), \
-        "control: DFlash must depend"
-    block = torch.tensor([[int(x[0, 20])] + [drafter.config.mask_token_id] * 15])
-    logits = []
+        f"control: {kind} must depend"
+    drafts, logits = [], []
     for f in (feats, other):
         cache = nofeat.new_cache(64)
         nofeat.extend(cache, f[:1, :20], x[:1, :20])
         assert cache.length == 20, "positions must still advance"
-        logits.append(nofeat.block_logits(cache, block))
+        logits.append(nofeat.slot_logits(cache, int(x[0, 20]), 15))
+        drafts.append(nofeat.draft(cache, int(x[0, 20]), 15, GREEDY)[0])          # (tokens, q)
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0,
                                msg="no-feature drafter (drafting) saw features")
-    train = nofeat(feats[:1], x[:1], torch.tensor([[20]]))[0, 0]
-    torch.testing.assert_close(logits[0][0], train, rtol=0, atol=1e-10, msg="no-feature train/draft mismatch")
+    assert torch.equal(drafts[0], drafts[1]), f"no-feature {kind} drafts changed with the features"
+    train = nofeat(feats[:1], x[:1], torch.tensor([[20]]))[0, 0, 1:]
+    torch.testing.assert_close(logits[0], train, rtol=0, atol=1e-10, msg="no-feature train/draft mismatch")
 
 
-def test_no_feature_drafter_is_lossless_in_the_loop(target, drafter):
-    nofeat = NoFeatureDrafter(drafter.config, target).double().eval()
+def test_no_feature_dflash2_drafter_starts_from_the_same_weights_as_dflash2():
+    """The ablation's partner differs only in the injection: under one seed both classes build the same
+    parameters with the same initial values."""
+    target = tiny_target()
+    d2 = tiny_dflash2(target, seed=7)
+    torch.manual_seed(7)
+    nofeat = NoFeatureDFlash2Drafter(d2.config, target).double()
+    a, b = d2.state_dict(), nofeat.state_dict()
+    assert a.keys() == b.keys(), "the no-feature DFlash 2 drafter has other parameters"
+    assert all(torch.equal(a[k], b[k]) for k in a), "the same seed gave other initial weights"
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dflash2"])
+def test_no_feature_drafter_is_lossless_in_the_loop(target, kind):
+    _, nofeat = no_feature_pair(target, kind)
     for b in (1, 4, 16):
         out, _ = speculative_generate(target, nofeat, [7, 1, 4, 1, 5], 30, block_size=b)
         assert out == generate(target, [7, 1, 4, 1, 5], 30), \
-            f"no-feature drafter broke greedy equality (B={b})"
+            f"no-feature {kind} drafter broke greedy equality (B={b})"
 
 
 # ----------------------------------------------------------------------------- checkpoints, CLI, bench rows

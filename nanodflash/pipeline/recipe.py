@@ -88,8 +88,8 @@ LONG_BATCH = flag("long_batch", 8, ints(0, 4096), "long sequences per drafter st
                   "generation holds with 8, not 4")
 LONG_ANCHORS = flag("long_anchors", 32, ints(1, 256), "blocks from each long sequence per step: 32 hold τ "
                     "past token 240 on held-out text")
-GAMMA = flag("gamma", 2.0, floats(0, low_open=True), "loss decay, weights exp(-(k-1)/gamma): the paper's 7 "
-             "suits big drafters, 2 learns faster")
+GAMMA = flag("gamma", 2.0, floats(0, low_open=True), "loss decay, weights exp(-(k-1)/gamma); the paper's is "
+             "7: 2 learned slot 1 faster in short probes (docs/log.md)")
 SOFT_WEIGHT = flag("soft_weight", 0.5, floats(0, 1), "drafter loss = (1-w) CE(data token) + w CE(target's "
                    "next-token distribution): raises sampled τ")
 

@@ -13,8 +13,8 @@ way round.
 1. `ARDrafter`: an autoregressive drafter in the EAGLE spirit -- conditioned on the same fused target
    features, same width and depth, drafting a chain of k tokens ONE forward per token with its own small
    KV cache (a chain, no tree). Its cost grows linearly with k; DFlash's block costs one forward.
-2. `NoFeatureDrafter`: the DFlash drafter with the target's features removed (the paper's ablation:
-   τ drops by about 40%). Its blocks attend to their own slots only.
+2. `NoFeatureDrafter` (and `NoFeatureDFlash2Drafter`): the DFlash (DFlash 2) drafter with the target's
+   features removed (the paper's ablation: τ drops by about 40%). Its blocks attend to their own slots only.
 
 Design choice for the AR drafter. EAGLE concatenates each token's embedding with the target feature that
 predicted it and, past the verified context, feeds the drafter's *own* hidden state where no target
@@ -150,12 +150,12 @@ class NoFeatureDrafter(Drafter):
     def extend(self, cache, features, tokens=None):
         cache.length += features.size(1)      # positions still advance (RoPE); no context is kept
 
-    def block_logits(self, cache, block):
-        """The block attends to its own slots only, at the positions after the context."""
+    def block_hidden(self, cache, block):
+        """The block attends to its own slots only, at the positions after the context -> (1, b, D)."""
         x = self.target.embed_tokens(block)                                               # (1, b, D)
         positions = torch.arange(cache.length, cache.length + block.size(1), device=x.device)
         cos, sin = self.rope_at(positions, x.dtype)
-        return self.target.lm_head(self.block_pass(x, cos, sin, self._no_context(x)))
+        return self.block_pass(x, cos, sin, self._no_context(x))
 
     def hidden(self, features, input_ids, anchors):
         """Drafter.hidden with no context keys: each block sees its own slots (the training mask's block
@@ -170,6 +170,17 @@ class NoFeatureDrafter(Drafter):
         """Every layer's empty context keys/values, (N, Hkv, 0, hd) each, for x (N, T, D)."""
         none = x.new_zeros(x.size(0), self.config.n_kv_head, 0, self.config.head_dim)
         return [(none, none)] * self.config.n_layer
+
+
+class NoFeatureDFlash2Drafter(NoFeatureDrafter, DFlash2Drafter):
+    """The DFlash 2 drafter (convolutions and selector) with the target's features removed, as
+    NoFeatureDrafter removes them from DFlash 1: the like-for-like partner of a DFlash 2 drafter."""
+    kind = "nofeat2"
+
+
+def without_features(cls):
+    """The no-feature class that partners the DFlash drafter class `cls`: its layers, nothing injected."""
+    return NoFeatureDFlash2Drafter if issubclass(cls, DFlash2Drafter) else NoFeatureDrafter
 
 
 # every baseline kind: its class and checkpoint; the DFlash kind that drafter.pt is not is one of them
