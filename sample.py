@@ -33,7 +33,7 @@ from nanodflash.pipeline.summary import headline, recorded_headline
 from nanodflash.repetition import least_repetitive, repetition
 from nanodflash.run_folder import DRAFTER, TOY_RUN, drafter_path, is_toy_run, run_corpus
 from nanodflash.sampled_tree import SampledDraws
-from nanodflash.speculative import DECODE_THREADS, VERIFIERS, generate, speculative_generate
+from nanodflash.speculative import DECODE_THREADS, VERIFIERS, generate
 from nanodflash.tokenizer import ENDOFTEXT
 from nanodflash.tools import hf
 from nanodflash.tools import race as race_lanes
@@ -44,6 +44,7 @@ from nanodflash.tools.origins import bars, origins, render, styled
 from nanodflash.tools.race_page import write_race_page
 from nanodflash.tools.trace import TraceRecorder
 from nanodflash.tools.trace_page import write_page
+from nanodflash.tools.watch import watched_generate
 from nanodflash.tree import tree_speculative_generate
 
 # -----------------------------------------------------------------------------
@@ -178,9 +179,10 @@ def main(argv=None):
     elif args.block_size not in (None, "auto") and args.block_size.lstrip("-").isdigit():
         args.block_size = int(args.block_size)     # anything else: the library's one message says the range
     spec_kw = dict(kw, block_size=args.block_size, verifier=args.verifier)
-    decoder = speculative_generate if args.tree is None else tree_decoder(args.tree)
+    # the path decoder, watched (tools/watch.py: the same loop, its steps recorded for --html)
+    decoder = watched_generate if args.tree is None else tree_decoder(args.tree)
     if args.compile:                                                  # the path decoder, its pass compiled
-        decoder = partial(speculative_generate, compile=True)
+        decoder = partial(watched_generate, compile=True)
     try:
         if args.hf:
             tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))

@@ -25,7 +25,7 @@ import torch
 
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes, prior
-from .loop import SpecStats, step_tokens
+from .loop import SpecStats, TimedStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
 from .speculative import draft_rule, verify_block
 from .step_costs import costs_for
@@ -36,7 +36,7 @@ __all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculat
 
 
 @dataclass
-class BatchStats(SpecStats):
+class BatchStats(TimedStats):
     """The batch's steps (block_sizes: each step's block; a row may use fewer slots), forwards, times and
     caches, plus `rows`: one SpecStats per prompt (its own acceptance lengths and τ), and the batch's size
     per step."""
@@ -87,7 +87,7 @@ class SpecBatch(PlainBatch):
             n_acc, bonus = greedy_verify(drafted.to(logits.device), logits)          # (R,) each
             return list(zip(n_acc.tolist(), bonus.tolist()))
         logits = logits.cpu()
-        return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], *self.sampling, self.generator)
+        return [verify_block(self.verifier, drafts[r], qs[r], logits[r, :n], self.sampling, self.generator)
                 for r, n in enumerate(sizes)]
 
     def block_size(self, left):

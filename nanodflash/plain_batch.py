@@ -11,7 +11,7 @@ import torch
 
 from .loop import check_request, finished
 from .ragged_cache import RaggedKVCache, compact
-from .sampling import next_token
+from .sampling import Sampling
 
 
 class PlainBatch:
@@ -29,7 +29,7 @@ class PlainBatch:
             except ValueError as e:
                 raise ValueError(f"prompt {i} of the batch: {e}") from None
         self.target, self.max_new, self.ids, self.generator = target, max_new_tokens, layer_ids, generator
-        self.sampling, self.stops = (temperature, top_k, top_p), checked[0][1]
+        self.sampling, self.stops = Sampling(temperature, top_k, top_p), checked[0][1]
         self.device = checked[0][0].device
         self.prompts = [p[0].tolist() for p, _ in checked]
         self.outs = [[] for _ in prompts]
@@ -61,7 +61,7 @@ class PlainBatch:
 
     def emit_one(self, logits):
         """Every row emits one token drawn from its logits (R, V)."""
-        self.emit([[t] for t in next_token(logits.cpu(), *self.sampling, self.generator).tolist()])
+        self.emit([[t] for t in self.sampling.next_token(logits.cpu(), self.generator).tolist()])
 
     def emit(self, new):
         """new[i]: the tokens row i emits this step."""

@@ -23,6 +23,34 @@ def check_sampling_args(temperature, top_k, top_p):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How the target's next token is drawn: temperature 0 = greedy (the argmax); else from
+    probs_from_logits(logits, temperature, top_k, top_p). Checked when made.
+
+    >>> Sampling(0.7, top_p=0.95).greedy
+    False
+    """
+    temperature: float = 0.0
+    top_k: int = None
+    top_p: float = None
+
+    def __post_init__(self):
+        check_sampling_args(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def greedy(self):
+        return self.temperature == 0
+
+    def probs(self, logits):
+        """The target's distribution p (..., V), float64, at these settings."""
+        return probs_from_logits(logits, self.temperature, self.top_k, self.top_p)
+
+    def next_token(self, logits, generator=None):
+        """next_token at these settings: logits (..., V) on the CPU -> token ids (...,)."""
+        return next_token(logits, self.temperature, self.top_k, self.top_p, generator)
+
+
 def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
     """logits (..., V) -> probabilities (..., V) in float64.
 

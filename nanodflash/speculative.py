@@ -8,7 +8,11 @@ greedy `generate`; sampled speculative output has exactly the target's distribut
 block_size: None = the drafter's B; an int <= B; "auto" = chosen each step from the acceptance so far
 (block_policy.py: smaller blocks when sampling, and a plain step when no draft would pay).
 The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else ValueError.
-The step, and why each verifier is exact: docs/design.md §1.5-1.6.
+
+`speculative_step` is the whole step in one function: draft, verify, accept, roll back both caches;
+`speculative_generate` is the loop over it. Nothing in either times, records or calls back: tools/watch.py
+runs the same loop with stopwatches and a callback around the step. The step, and why each verifier is
+exact: docs/design.md §1.5-1.6.
 """
 
 from dataclasses import dataclass
@@ -17,8 +21,8 @@ from functools import partial
 import torch
 
 from .block_policy import block_sizes
-from .loop import Drafted, Instruments, SpecStats, Step, Verdict, check_request, decode
-from .sampling import DraftRule, next_token, probs_from_logits
+from .loop import SpecStats, StepRecord, check_request, finished, prefill, step_tokens
+from .sampling import DraftRule, Sampling, next_token
 from .step_costs import costs_for
 from .verify import greedy_verify, match_verify, rejection_verify
 
@@ -47,14 +51,14 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
         logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)
 
 
-def verify_block(verifier, drafts, q, target_logits, temperature, top_k, top_p, generator):
+def verify_block(verifier, drafts, q, target_logits, sampling, generator):
     """The accept rule (verify.py): greedy at T=0, else match, rejection, or a custom callable. With no drafts
     every rule reduces to a plain decoding step: the next token of the target's first row."""
     if drafts.numel() == 0:
-        return 0, int(next_token(target_logits[0], temperature, top_k, top_p, generator))
-    if temperature == 0:
+        return 0, int(sampling.next_token(target_logits[0], generator))
+    if sampling.greedy:
         return greedy_verify(drafts, target_logits)
-    p = probs_from_logits(target_logits, temperature, top_k, top_p)    # (b, V) the target's distributions
+    p = sampling.probs(target_logits)                                   # (b, V) the target's distributions
     if callable(verifier):
         return verifier(drafts, q, p, generator)
     if verifier == "match":
@@ -72,69 +76,84 @@ def draft_rule(verifier, temperature, generator):
 
 
 @dataclass(kw_only=True)
-class PathStep(Step):
-    """DFlash's step (loop.decode runs it): draft a block of b-1 tokens after the anchor in one drafter pass,
-    verify [anchor, drafts] in one target pass, keep the agreed prefix and the bonus."""
-    sizer: object                 # the block size of each step (block_policy.py)
-    choose: DraftRule             # how the drafter picks its drafts
+class Request:
+    """One generation's models, caches and rules: everything a step reads. The caches change step by step;
+    the rest stays as it was made."""
+    target: object
+    drafter: object
+    cache: object                 # the target's KV cache
+    dcache: object                # the drafter's context
+    sampling: Sampling            # how the target's tokens are drawn
     verifier: object              # "match", "rejection" or a callable (verify_block)
+    choose: DraftRule             # how the drafter picks its drafts
+    generator: object = None
+    stops: frozenset = frozenset()
 
-    def draft(self, anchor, left):
-        # Drafts may reach the last allowed token, as the official loop does (so the same blocks and the same
-        # acceptance lengths); a bonus past the limit is dropped by loop.step_tokens.
-        self.b = min(self.sizer.next(), left + 1)
-        # b-1 drafts in one drafter pass; with none (b = 1) the step is a plain decoding step
-        if self.b == 1:
-            return Drafted(anchor, [])
-        drafts, q = self.drafter.draft(self.dcache, anchor, self.b - 1, self.choose)
-        return Drafted(anchor, drafts.tolist(), q)
 
-    def verify(self, d):
-        self.start = self.cache.length
-        self.block = torch.tensor([[d.anchor] + d.drafts], device=self.cache.k.device)     # (1, b)
-        logits, feats = self.target(self.block, self.cache, layer_ids=self.drafter.config.target_layer_ids)
-        logits = logits[0].cpu()                                                 # (b, V), all in one pass
-        drafts = torch.tensor(d.drafts, dtype=torch.long)
-        n_acc, bonus = verify_block(self.verifier, drafts, d.q, logits, *self.sampling, self.generator)
-        return Verdict(logits, feats, d.drafts[:n_acc], bonus)
+def start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifier="rejection",
+                  stop_token_ids=None, generator=None, compile=False):
+    """Check a request and make its caches, sized to it -> (Request, prompt (1, P)). compile: the drafter's
+    block pass compiled (compiled.py)."""
+    prompt, stops = check_request(target, prompt_ids, max_new_tokens, sampling.temperature, sampling.top_k,
+                                  sampling.top_p, stop_token_ids)
+    if compile and not drafter.compiles:
+        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
+    n_max = prompt.size(1) + max_new_tokens
+    dcache = drafter.new_cache(n_max, compiled=True) if compile else drafter.new_cache(n_max)
+    return Request(target=target, drafter=drafter, cache=target.new_cache(1, n_max), dcache=dcache,
+                   sampling=sampling, verifier=verifier, choose=draft_rule(verifier, sampling.temperature,
+                   generator), generator=generator, stops=frozenset(stops)), prompt
 
-    def keep(self, d, verdict, new):
-        self.cache.crop(self.start + len(new))      # the anchor and every new token but the last stay cached
 
-    def extend(self, d, verdict, new):
-        self.drafter.extend(self.dcache, verdict.feats[:, : len(new)], self.block[:, : len(new)])
+def block_policy(request, block_size, compile=False):
+    """The block size of each step (block_policy.py; "auto" prices drafts by the run folder's step costs)."""
+    drafter, sampled = request.drafter, not request.sampling.greedy
+    return block_sizes(block_size, drafter.config.block_size, sampled=sampled,
+                       costs=partial(costs_for, drafter, 1, sampled, compile))
 
-    def record(self, d, verdict, new):
-        n_acc = len(verdict.accepted)
-        self.sizer.update(self.b - 1, n_acc)
-        self.stats.record(self.b, len(new), min(n_acc, len(new)))          # a stop may cut the bonus off
+
+@torch.no_grad()
+def speculative_step(request, anchor, b, left):
+    """One DFlash step after `anchor` (the last emitted token, not yet run through the target): b-1 drafts in
+    one drafter pass (none when b = 1: a plain step), [anchor, drafts] verified in one target pass, the
+    verifier's prefix kept with its bonus, cut at the `left` tokens still allowed or at a stop token; both
+    caches rolled to what was kept. -> its StepRecord."""
+    r = request
+    drafts, q = [], None
+    if b > 1:
+        tokens, q = r.drafter.draft(r.dcache, anchor, b - 1, r.choose)            # one drafter pass
+        drafts = tokens.tolist()
+    start = r.cache.length
+    block = torch.tensor([[anchor] + drafts], device=r.cache.k.device)             # (1, b)
+    logits, feats = r.target(block, r.cache, layer_ids=r.drafter.config.target_layer_ids)
+    logits = logits[0].cpu()                                                       # (b, V), one target pass
+    n_acc, bonus = verify_block(r.verifier, torch.tensor(drafts, dtype=torch.long), q, logits, r.sampling,
+                                r.generator)
+    new = step_tokens(drafts[:n_acc], bonus, left, r.stops)                        # a stop may cut it short
+    r.cache.crop(start + len(new))          # the anchor and every new token but the last stay cached
+    r.drafter.extend(r.dcache, feats[:, : len(new)], block[:, : len(new)])        # the kept positions
+    return StepRecord(anchor=anchor, drafts=drafts, q=q, target_logits=logits, accepted=n_acc, new=new,
+                      start=start, end=r.cache.length)
 
 
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                          top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None,
-                         on_step=None, compile=False):
+                         compile=False):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
     verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md)
-    or "match".
-    on_step: None, or a callable that gets a loop.StepRecord after each step's verification, before the
-    drafter's context is extended (tools/trace.py records a run with it); it runs outside the timed sections
-    and must not touch the caches or the generator.
-    compile: True runs the drafter's block pass compiled (compiled.py; the first call with a drafter compiles
-    it, seconds to a minute; a drafter whose `compiles` is True). The target runs eager either way."""
-    prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
-                                  stop_token_ids)
-    if compile and not drafter.compiles:
-        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
-    sampled = temperature > 0
-    sizer = block_sizes(block_size, drafter.config.block_size,                 # "auto": block_policy.py
-                        costs=partial(costs_for, drafter, 1, sampled, compile), sampled=sampled)
-    n_max = prompt.size(1) + max_new_tokens                                     # caches sized to the request
-    cache = target.new_cache(1, n_max)
-    dcache = drafter.new_cache(n_max, compiled=True) if compile else drafter.new_cache(n_max)
-    stats = SpecStats(target_cache=cache, draft_cache=dcache)
-    sampling = (temperature, top_k, top_p)
-    step = PathStep(target=target, drafter=drafter, cache=cache, dcache=dcache, stats=stats, sizer=sizer,
-                    choose=draft_rule(verifier, temperature, generator), verifier=verifier, sampling=sampling,
-                    generator=generator)
-    return decode(Instruments(step, stats, generator, on_step), prompt, max_new_tokens, stops), stats
+    or "match". compile: True runs the drafter's block pass compiled (compiled.py; the first call with a
+    drafter compiles it, seconds to a minute; a drafter whose `compiles` is True). The target runs eager."""
+    request, prompt = start_request(target, drafter, prompt_ids, max_new_tokens, Sampling(temperature, top_k,
+                                    top_p), verifier, stop_token_ids, generator, compile)
+    sizes = block_policy(request, block_size, compile)
+    stats = SpecStats(target_cache=request.cache, draft_cache=request.dcache)
+    out = [prefill(target, drafter, prompt, request.cache, request.dcache, request.sampling, generator)]
+    while not finished(out, max_new_tokens, request.stops):
+        left = max_new_tokens - len(out)
+        b = min(sizes.next(), left + 1)          # drafts may reach the last allowed token, as the official
+        step = speculative_step(request, out[-1], b, left)      # loop's (a bonus past it is dropped)
+        sizes.update(b - 1, step.accepted)
+        stats.record(b, len(step.new), min(step.accepted, len(step.new)))
+        out += step.new
+    return out, stats

@@ -12,14 +12,16 @@ as rows x tokens grow). They are measured once per machine, never while decoding
     fix_costs(drafter, table)                         # or put a table in its place (tests, notebooks)
 
 A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
-step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so once. So a
+step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so once. The
+tables travel with the drafter they were measured for, in its `cost_book` (a CostBook): two run folders
+loaded in one process keep their own. So a
 decision never depends on the clock of the moment: the same seeded command on the same run folder drafts the
 same block sizes and emits the same tokens in every process. Costs choose block sizes only, and every block
 size is exact: they never change the output's distribution (when greedy, its tokens).
 """
 
 import sys
-import weakref
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,9 +36,22 @@ DEFAULT_COSTS = {1: (1.57, 0.022), 2: (1.55, 0.027), 4: (1.53, 0.045), 8: (1.52,
                  32: (1.89, 0.184)}
 DEFAULT_SAMPLED = (1.62, 0.039)    # one row, sampled steps: drawing drafts from q and the rejection test
 
-_FIXED = weakref.WeakKeyDictionary()     # drafter -> {(key, rows, sampled): [cost(n), ...]}: fix_costs
-_TABLES = weakref.WeakKeyDictionary()    # drafter -> the entries of its run folder's costs.json: use_table
-_TOLD = set()                            # machine keys whose missing table was reported (once a process)
+
+
+@dataclass
+class CostBook:
+    """A drafter's step costs: its run folder's tables (costs.json's entries: use_table), tables fixed in
+    their place (fix_costs), and the machine keys whose missing table was already reported."""
+    entries: list = field(default_factory=list)
+    fixed: dict = field(default_factory=dict)     # (key, rows, sampled) -> [cost(n) for n in 0..B-1]
+    told: set = field(default_factory=set)
+
+
+def cost_book(drafter):
+    """The drafter's CostBook: a new, empty one (the default costs) the first time it is asked for."""
+    if getattr(drafter, "cost_book", None) is None:
+        drafter.cost_book = CostBook()
+    return drafter.cost_book
 
 
 def cost_key(target, compiled=False):
@@ -79,19 +94,19 @@ def fix_costs(drafter, costs, rows=1, sampled=None):
     for compiled in MODES:
         key = str(cost_key(drafter.target, compiled))
         for kind in (False, True) if sampled is None else (sampled,):
-            _FIXED.setdefault(drafter, {})[key, rows, kind] = list(costs)
+            cost_book(drafter).fixed[key, rows, kind] = list(costs)
 
 
 def use_table(drafter, entries):
     """The cost tables of the drafter's run folder (costs.json's entries, tools/calibrate.py), for
     `costs_for` to choose from by machine key."""
-    _TABLES[drafter] = list(entries)
+    cost_book(drafter).entries = list(entries)
 
 
 def table_for(drafter, key):
     """The costs.json entry measured for this machine key and block size, or None."""
     B = drafter.config.block_size
-    return next((e for e in _TABLES.get(drafter, []) if e["key"] == key and e["block_size"] == B), None)
+    return next((e for e in cost_book(drafter).entries if e["key"] == key and e["block_size"] == B), None)
 
 
 def costs_for(drafter, rows=1, sampled=False, compiled=False):
@@ -100,7 +115,7 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
     key's; sampled steps of several rows: the greedy table of those rows, when it has no sampled one), else
     DEFAULT_COSTS, saying once which key has no table."""
     key = cost_key(drafter.target, compiled)
-    fixed = _FIXED.get(drafter, {}).get((str(key), rows, bool(sampled)))
+    fixed = cost_book(drafter).fixed.get((str(key), rows, bool(sampled)))
     if fixed is not None:
         return fixed
     # compiled without a compiled table: this machine's eager one (a compiled draft costs a little less)
@@ -110,8 +125,8 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
         table = tables.get(str(rows)) or entry["costs"]["greedy"].get(str(rows))
         if table is not None:
             return table
-    if str(key) not in _TOLD:
-        _TOLD.add(str(key))
+    if str(key) not in cost_book(drafter).told:
+        cost_book(drafter).told.add(str(key))
         print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
               "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
               f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)

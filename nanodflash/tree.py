@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .loop import Drafted, Instruments, SpecStats, Step, Verdict, check_request, decode
-from .sampling import probs_from_logits, sample
+from .loop import StepRecord, TimedStats, check_request, finished, prefill, rng_state, step_tokens
+from .sampling import Sampling, probs_from_logits, sample
 
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 TREE_TEMPERATURE = 0.5
@@ -76,7 +76,7 @@ class Tree:
 
 
 @dataclass
-class TreeStats(SpecStats):
+class TreeStats(TimedStats):
     tree_nodes: list = field(default_factory=list)   # draft nodes verified per step (the anchor not counted)
 
 
@@ -163,9 +163,104 @@ def keep_path(cache, start, path):
     cache.crop(start + len(path))
 
 
+@dataclass
+class Drafted:
+    """What a tree step drafted: its nodes' tokens after the root `anchor`, and the Tree."""
+    anchor: int
+    drafts: list
+    tree: object
+    q: object = None
+
+
+@dataclass
+class Verdict:
+    """What verification decided: the target's logits (N+1, V) on the CPU (row i: node i's), its features,
+    the accepted drafts, the bonus, and the accepted path of nodes, root first."""
+    logits: object
+    feats: object
+    accepted: list
+    bonus: int
+    path: list = None
+
+
+@dataclass(kw_only=True)
+class Step:
+    """What a tree step holds: the models, their caches, the stats, the sampling settings (TreeStep adds
+    draft, verify, keep, extend and record)."""
+    target: object
+    drafter: object
+    cache: object                 # the target's KV cache
+    dcache: object                # the drafter's context
+    stats: TimedStats
+    sampling: Sampling
+    generator: object = None
+
+    def prefill(self, prompt):
+        return prefill(self.target, self.drafter, prompt, self.cache, self.dcache, self.sampling,
+                       self.generator)
+
+
+def decode(step, prompt, max_new_tokens, stops):
+    """The tree decoder's loop: the prompt (1, P) through the target, then steps until max_new_tokens or a
+    stop token."""
+    out = [step.prefill(prompt)]                                # the first token: the target's own
+    while not finished(out, max_new_tokens, stops):
+        left = max_new_tokens - len(out)
+        drafted = step.draft(out[-1], left)                     # one drafter pass: a block or a tree
+        verdict = step.verify(drafted)                          # one target pass, then the accept rule
+        new = step_tokens(verdict.accepted, verdict.bonus, left, stops)
+        step.keep(drafted, verdict, new)                        # the target cache: what plain decoding holds
+        step.extend(drafted, verdict, new)                      # the kept positions: the drafter's context
+        out += new
+        step.record(drafted, verdict, new)
+    return out
+
+
+class Instruments:
+    """A tree step, watched: its drafter work (draft, extend) and target work (verify, keep) timed into
+    `stats`, and, with an on_step callback, the generator's state captured before verification and a
+    StepRecord handed over after keep, before the drafter's context is extended. The step never sees any of
+    it."""
+
+    def __init__(self, step, stats, generator=None, on_step=None):
+        self.step, self.stats, self.generator, self.on_step = step, stats, generator, on_step
+
+    def prefill(self, prompt):
+        with self.stats.timer("prefill_time"):
+            return self.step.prefill(prompt)
+
+    def draft(self, anchor, left):
+        self.start, self.timed = self.step.cache.length, (self.stats.draft_time, self.stats.verify_time)
+        with self.stats.timer("draft_time"):
+            return self.step.draft(anchor, left)
+
+    def verify(self, drafted):
+        self.rng = rng_state(self.generator) if self.on_step else None     # the verifier's draws, replayable
+        with self.stats.timer("verify_time"):
+            return self.step.verify(drafted)
+
+    def keep(self, drafted, verdict, new):
+        with self.stats.timer("verify_time"):
+            self.step.keep(drafted, verdict, new)
+        if self.on_step:
+            s, (d0, v0) = self.stats, self.timed
+            self.on_step(StepRecord(
+                anchor=drafted.anchor, drafts=drafted.drafts, q=drafted.q, target_logits=verdict.logits,
+                accepted=len(verdict.accepted), new=new, start=self.start, end=self.step.cache.length,
+                draft_cache=self.step.dcache, draft_s=s.draft_time - d0, verify_s=s.verify_time - v0,
+                rng_state=self.rng, tree=drafted.tree, path=verdict.path))
+
+    def extend(self, drafted, verdict, new):
+        with self.stats.timer("draft_time"):
+            self.step.extend(drafted, verdict, new)
+
+    def record(self, drafted, verdict, new):
+        self.step.record(drafted, verdict, new)
+
+
 @dataclass(kw_only=True)
 class TreeStep(Step):
-    """The tree's step (loop.decode runs it): draft a tree of <= tree_nodes drafts in one drafter pass, verify
+    """The tree's step (decode runs it): draft a tree of <= tree_nodes drafts in one drafter pass, verify
     it in one target pass, keep the longest path the target agrees with. Its cache has room for a tree."""
     tree_nodes: int
     shape: tuple                  # (branching, tree_temperature) of a top-K tree
@@ -178,14 +273,15 @@ class TreeStep(Step):
         if self.draws is None:
             tree = draft_tree(self.drafter, self.dcache, anchor, n_draft, n_nodes, *self.shape)
         else:
-            tree = self.draws.draft(self.drafter, self.dcache, anchor, n_draft, n_nodes, self.sampling[0],
-                                    self.generator)
-        return Drafted(anchor, tree.tokens[1:], tree=tree)
+            tree = self.draws.draft(self.drafter, self.dcache, anchor, n_draft, n_nodes,
+                                    self.sampling.temperature, self.generator)
+        return Drafted(anchor, tree.tokens[1:], tree)
 
     def verify(self, d):
         logits, feats = verify_tree(self.target, self.cache, d.tree, self.drafter.config.target_layer_ids)
         accept = accept_path if self.draws is None else self.draws.accept
-        path, bonus = accept(d.tree, logits, *self.sampling, self.generator)    # (N+1, V), one target pass
+        s = self.sampling
+        path, bonus = accept(d.tree, logits, s.temperature, s.top_k, s.top_p, self.generator)   # (N+1, V)
         return Verdict(logits.detach().cpu(), feats, [d.tree.tokens[i] for i in path[1:]], bonus, path)
 
     def keep(self, d, verdict, new):
@@ -232,7 +328,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     cache = target.new_cache(1, min(window, n_max + tree_nodes))             # room for the tree's scratch
     dcache = drafter.new_cache(n_max)
     stats = TreeStats(target_cache=cache, draft_cache=dcache)
-    sampling = (temperature, top_k, top_p)
+    sampling = Sampling(temperature, top_k, top_p)
     step = TreeStep(target=target, drafter=drafter, cache=cache, dcache=dcache, stats=stats,
                     tree_nodes=tree_nodes, shape=(branching, tree_temperature), draws=draws,
                     sampling=sampling, generator=generator)

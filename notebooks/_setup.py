@@ -34,6 +34,7 @@ from nanodflash.run_folder import TOY_RUN, is_toy_run, run_corpus
 from nanodflash.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
 from nanodflash.repetition import pooled_repetition, repetition
+from nanodflash.sampling import Sampling
 from nanodflash.speculative import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
@@ -181,8 +182,7 @@ def first_block(target, drafter, prompt):
     cache = drafter.new_cache(target.config.max_seq_len)
     # step 1, the library's own: the prompt through the target, its features into the drafter's context, and
     # the target's greedy next token, the anchor
-    greedy = (0.0, None, None)                                          # (temperature, top_k, top_p)
-    anchor = prefill(target, drafter, torch.tensor([prompt]), target.new_cache(1), cache, greedy, None)
+    anchor = prefill(target, drafter, torch.tensor([prompt]), target.new_cache(1), cache, Sampling(), None)
     hidden = drafter.slot_hidden(cache, anchor, B - 1)          # (B-1, D): one pass over [anchor, MASK...]
     slot_logits = target.lm_head(hidden)                                # (B-1, V)
     truth = torch.tensor(nanodflash.generate(target, prompt + [anchor], B - 1))   # what each slot should be

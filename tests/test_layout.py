@@ -59,6 +59,51 @@ def test_the_import_check_catches_imports_of_the_tools_and_the_pipeline(tmp_path
         "a tool's relative import of the pipeline must be resolved and seen"
 
 
+def _function(path, name):
+    """The ast node of the top-level function `name` in `path`."""
+    return next(n for n in ast.parse(path.read_text()).body
+                if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _body_lines(fn):
+    """Lines of a function's body, its docstring left out."""
+    body = fn.body[1:] if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) \
+        else fn.body
+    return body[-1].end_lineno - body[0].lineno + 1
+
+
+INSTRUMENTS = {"time", "perf_counter", "timer", "on_step", "rng_state", "get_state", "callback"}
+
+
+def _instruments(fn):
+    """The names of INSTRUMENTS a function uses: as a name, an attribute or an argument."""
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)} | \
+            {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}
+    return sorted(names & INSTRUMENTS)
+
+
+def test_the_instrument_check_catches_a_timer_and_a_callback(tmp_path):
+    fake = tmp_path / "speculative.py"
+    fake.write_text("import time\ndef speculative_step(r, on_step=None):\n    t0 = time.perf_counter()\n")
+    assert _instruments(_function(fake, "speculative_step")) == ["on_step", "perf_counter", "time"]
+
+
+def test_the_speculative_step_is_one_function_and_the_loop_a_short_loop_over_it_with_nothing_around():
+    path = CORE / "speculative.py"
+    step, loop = _function(path, "speculative_step"), _function(path, "speculative_generate")
+    assert step.end_lineno - step.lineno + 1 <= 50, "speculative_step is over 50 lines: one screen, one step"
+    assert _body_lines(loop) <= 20, "speculative_generate's body is over 20 lines: a loop over the step"
+    assert any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "speculative_step"
+               for n in ast.walk(loop)), "speculative_generate must call speculative_step"
+    for fn in (step, loop):
+        assert not _instruments(fn), \
+            f"{fn.name} times, records or calls back ({_instruments(fn)}): tools/watch.py does that"
+    classes = [n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)
+               and any(isinstance(m, ast.FunctionDef) for m in n.body)]
+    assert not classes, f"speculative.py has classes with methods {classes}: the step is a function"
+
+
 def _links(path):
     """Relative link targets in a markdown file (external links and anchors left out)."""
     text = path.read_text()

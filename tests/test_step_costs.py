@@ -29,16 +29,17 @@ sys.path.insert(0, "tests")
 torch.set_num_threads(1)
 from test_step_costs import decode
 from nanodflash import load, speculative_generate
-print(json.dumps(decode(sys.argv[1])))
-tok, target, drafter = load(sys.argv[1], sampling=True)            # a second auto run: still one note
+models = load(sys.argv[1], sampling=True)
+print(json.dumps(decode(sys.argv[1], models)))
+tok, target, drafter = models                     # a second auto run of the loaded drafter: still one note
 speculative_generate(target, drafter, tok.encode_ordinary("x = 1"), 8, block_size="auto", temperature=0.7)
 """
 
 
-def decode(folder):
-    """DECODE's generation, in this process."""
+def decode(folder, models=None):
+    """DECODE's generation, in this process (on `models`, or on the folder's, loaded now)."""
     import nanodflash
-    tok, target, drafter = nanodflash.load(str(folder), sampling=True)
+    tok, target, drafter = models or nanodflash.load(str(folder), sampling=True)
     prompt = tok.encode_ordinary("def f(x):\n    return")
     out, st = speculative_generate(target, drafter, prompt, 40, block_size="auto", temperature=0.7,
                                    top_p=0.95, generator=torch.Generator().manual_seed(7))
@@ -116,9 +117,30 @@ def test_a_folder_without_a_table_decodes_with_the_default_costs_and_says_so_onc
     os.remove(folder / COSTS)
     result, err = decode_in_a_new_process(folder)
     lines = [line for line in err.splitlines() if "no cost table for" in line]
-    assert len(lines) == 1, f"one line, once per process, should say that no table was found:\n{err}"
+    assert len(lines) == 1, f"one line, once per loaded run, should say that no table was found:\n{err}"
     assert "python -m nanodflash.tools.calibrate --out DIR" in lines[0], f"the way out is missing: {lines[0]}"
     assert decode(folder) == result, "the default costs are a table too: the same seeded run repeats"
+
+
+def test_two_run_folders_with_other_tables_decode_interleaved_in_one_process_exactly_as_alone(smoke_out,
+                                                                                                tmp_path):
+    cheap, dear = tmp_path / "cheap", tmp_path / "dear"
+    for folder, step_cost in ((cheap, 1.01), (dear, 3.0)):        # drafting pays / never pays
+        shutil.copytree(smoke_out, folder)
+        with_costs(folder, step_cost, 0.0)
+    alone = {name: decode(folder) for name, folder in (("cheap", cheap), ("dear", dear))}
+    both = {"cheap": nanodflash_load(cheap), "dear": nanodflash_load(dear)}
+    for _ in range(2):                                             # interleaved: each run folder in turn
+        for name, folder in (("cheap", cheap), ("dear", dear)):
+            assert decode(folder, both[name]) == alone[name], \
+                f"{name}: decoded beside another run folder, its auto block sizes or tokens changed"
+    assert set(alone["dear"]["sizes"]) == {1} and set(alone["cheap"]["sizes"]) != {1}, \
+        "control: the two tables must make auto decide differently"
+
+
+def nanodflash_load(folder):
+    import nanodflash
+    return nanodflash.load(str(folder), sampling=True)
 
 
 def test_a_fixed_table_replaces_the_folders_and_the_costs_drive_the_block_sizes(target):

@@ -14,6 +14,7 @@ from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.trace import TraceRecorder, replay
 from nanodflash.tools.trace_page import embedded_json, viewer_html, write_page
+from nanodflash.tools.watch import watched_generate
 from nanodflash.tree import tree_speculative_generate
 
 PROMPT = [7, 1, 4, 1, 5, 9, 2, 6]
@@ -43,7 +44,7 @@ def cases():
 
     def path(target, n):
         prompt = PROMPT[:2] if target is big else [1, 2]
-        return lambda d, **kw: speculative_generate(target, d, prompt, n, **kw)
+        return lambda d, **kw: watched_generate(target, d, prompt, n, **kw)
 
     def tree(target, n, nodes, sampled=False):
         prompt = PROMPT[:2] if target is big else [1, 2]
@@ -57,6 +58,22 @@ def cases():
              dict(temperature=1.0, verifier="match", rule="match")),
             ("greedy tree", tree(big, 40, 8), d2, {}),
             ("sampled tree", tree(small, 12, 6, True), sd["dflash"], dict(temperature=1.0))]
+
+
+@pytest.mark.parametrize("case", cases()[:4], ids=lambda c: c[0])
+def test_the_watched_loop_decodes_exactly_as_speculative_generate(case):
+    name, _, drafter, kw = case
+    kw = {k: v for k, v in kw.items() if k != "rule"}
+    target, prompt, n = drafter.target, [1, 2], 40 if kw == {} else 12
+    for block_size in (None, 3, "auto"):
+        want, want_stats = speculative_generate(target, drafter, prompt, n, block_size=block_size,
+                                                generator=torch.Generator().manual_seed(3), **kw)
+        got, stats = watched_generate(target, drafter, prompt, n, block_size=block_size,
+                                      generator=torch.Generator().manual_seed(3), **kw)
+        assert got == want, f"{name}, B={block_size}: the watched loop emitted other tokens"
+        assert stats.acceptance_lengths == want_stats.acceptance_lengths, \
+            f"{name}, B={block_size}: the watched loop took other steps"
+        assert stats.draft_time > 0 and stats.verify_time > 0, f"{name}: the watched loop timed nothing"
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c[0])

@@ -14,8 +14,10 @@
                  drafting by copying, untrained
     Hugging Face hf.py (python -m nanodflash.tools.hf export): Qwen3 + official DFlash folders;
                  hf_tokenizer.py: tiktoken <-> tokenizer.json
-    traces       origins.py: which tokens the drafter wrote, shown in the text (sample.py); trace.py: a run
-                 recorded step by step (sample.py --html); trace_page.py: its HTML page;
+    traces       watch.py: the path decoder's loop with each step timed and handed to a callback (the
+                 benchmark, the race and the trace record with it); origins.py: which tokens the drafter
+                 wrote, shown in the text (sample.py); trace.py: a run recorded step by step (sample.py
+                 --html); trace_page.py: its HTML page;
                  race.py: plain and speculative lanes timed on one prompt (sample.py --race); race_page.py:
                  their page, which replays them side by side; whatif_panel.py: its what-if panel
     course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts;

@@ -2,18 +2,20 @@
 temperature.
 
 A method is `Method(name, temperature, run)` with `run(target, drafter, prompt, max_new_tokens, generator)
--> (tokens, SpecStats or None)`. `headline_methods` lists the rows `python -m nanodflash.tools.bench` runs by
-default, `default_methods` every row (`--all_rows`).
+-> (tokens, TimedStats or None)`: path rows decode with tools/watch.py's loop, which times each step's
+drafter and target work (the table's step cost). `headline_methods` lists the rows `python -m
+nanodflash.tools.bench` runs by default, `default_methods` every row (`--all_rows`).
 """
 
 from collections import namedtuple
 from functools import partial
 
 from ..sampled_tree import SampledDraws
-from ..speculative import generate, speculative_generate
+from ..speculative import generate
 from ..tree import tree_speculative_generate
 from .baselines import AR_KS
 from .prompt_lookup import PromptLookupDrafter
+from .watch import watched_generate
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
 NOT_DFLASH = ("ar", "nofeat")   # extra drafter kinds that are not DFlash-style (no block logits to pick from)
@@ -37,9 +39,9 @@ def dflash_method(block_size, temperature=0.0, verifier="match", drafter=None, t
     """DFlash speculative decoding; `drafter` overrides the benchmark's drafter (e.g. a baseline drafter); its
     run takes compile=True too (the drafter's pass compiled: compiled.py)."""
     def run(target, default_drafter, prompt, max_new_tokens, generator, compile=False):
-        return speculative_generate(target, drafter or default_drafter, prompt, max_new_tokens,
-                                    block_size=block_size, temperature=temperature, top_p=top_p,
-                                    verifier=verifier, generator=generator, compile=compile)
+        return watched_generate(target, drafter or default_drafter, prompt, max_new_tokens,
+                                block_size=block_size, temperature=temperature, top_p=top_p,
+                                verifier=verifier, generator=generator, compile=compile)
     return run
 
 
@@ -56,8 +58,8 @@ def prompt_lookup_method(n_draft):
     """Greedy speculative decoding with prompt lookup drafts (up to n_draft copied tokens a step, no
     model)."""
     def run(target, drafter, prompt, max_new_tokens, generator):
-        return speculative_generate(target, PromptLookupDrafter(target, n_draft), prompt, max_new_tokens,
-                                    generator=generator)
+        return watched_generate(target, PromptLookupDrafter(target, n_draft), prompt, max_new_tokens,
+                                generator=generator)
     return run
 
 

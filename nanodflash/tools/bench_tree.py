@@ -34,6 +34,7 @@ from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import floats, ints
 from .measure import bench_flags, bench_prompts, machine
+from .watch import watched_generate
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -52,7 +53,7 @@ def tree_methods(drafter, sizes, block_size, branching=None, tree_temperature=TR
     kind, records = kind_of(drafter), {}
 
     def single(target, d, prompt, n, g):
-        return speculative_generate(target, d, prompt, n, block_size=block_size)
+        return watched_generate(target, d, prompt, n, block_size=block_size)      # timed: tools/watch.py
 
     def tree(N):
         def run(target, d, prompt, n, g):

@@ -25,12 +25,13 @@ import torch
 
 from ..repetition import repetition
 from ..sampled_tree import SampledDraws
-from ..speculative import generate, speculative_generate
+from ..speculative import generate
 from ..step_costs import costs_for
 from ..tree import tree_speculative_generate
 from .cost_model import gpu_costs
 from .measure import interleaved
 from .trace import TraceRecorder
+from .watch import watched_generate
 
 REPEATS = 5              # timed runs of each lane, interleaved, after one warm-up each; the median is shown
 TREE_NODES = 16          # draft nodes a step of the greedy tree lane
@@ -47,7 +48,7 @@ def lanes(drafter, temperature, block_size, tree_nodes):
     B = block_size or drafter.config.block_size
     return [("plain", "plain sampling" if sampled else "plain decoding", None),
             ("path", f"{kind} path, B {B}",
-             lambda *a, **kw: speculative_generate(*a, block_size=block_size, **kw)),
+             lambda *a, **kw: watched_generate(*a, block_size=block_size, **kw)),
             ("tree", f"{kind} tree, ≤ {nodes} nodes",
              lambda *a, **kw: tree_speculative_generate(*a, tree_nodes=nodes,
                                                          draws=SampledDraws() if sampled else None, **kw))]

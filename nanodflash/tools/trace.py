@@ -1,16 +1,16 @@
 """Recording a speculative run step by step, for the trace page (trace_page.py).
 
     recorder = TraceRecorder(tok, drafter, temperature=0.7, top_p=0.95, verifier="rejection")
-    tokens, stats = speculative_generate(target, drafter, prompt, 96, temperature=0.7, top_p=0.95,
-                                         generator=g, on_step=recorder)
+    tokens, stats = watched_generate(target, drafter, prompt, 96, temperature=0.7, top_p=0.95,
+                                     generator=g, on_step=recorder)               # tools/watch.py
     trace = recorder.trace(prompt, tokens, settings={"checkpoint": "out"})     # JSON-ready dict
 
-The decoding loops call the recorder after each step's verification (StepRecord, loop.py). What the
-loop does not keep, the recorder recomputes from what it does: the target's token at each position (its
-argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed from the generator's state before
-verification, on a copy: the run's generator is never touched), and what each slot chose among (the
-drafter's `slot_scores`, DFlash 2's selector scores: a second drafter pass on the same context, which
-drafting leaves as it was).
+The watched loops (tools/watch.py for a path, the tree decoder's own) call the recorder after each step
+(StepRecord, loop.py). What the loop does not keep, the recorder recomputes from what it does: the target's
+token at each position (its argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed from the
+generator's state before verification, on a copy: the run's generator is never touched), and what each slot
+chose among (the drafter's `slot_scores`, DFlash 2's selector scores: a second drafter pass on the same
+context, which drafting leaves as it was).
 None of it runs inside the timed sections, and none of it changes the run (tests/test_trace.py).
 """
 
