@@ -35,7 +35,7 @@ class OracleRows:
     The drafter's real context is kept beside it, row for row, for the cache checks."""
 
     def __init__(self, batch, seed):
-        self.batch, self.rng = batch, torch.Generator().manual_seed(seed)
+        self.batch, self.rng, self.greedy_runs = batch, torch.Generator().manual_seed(seed), []
         self.real = batch.context             # the drafter's own context still follows the rows
         self.keep, self.extend, self.cache = self.real.keep, self.real.extend, self.real.cache
 
@@ -46,7 +46,7 @@ class OracleRows:
         self.real.project_context()                   # what a real draft does first
         b, drafts = self.batch, []
         for r, n in zip(b.rows, sizes):
-            right = greedy_continuation(b.target, b.prompts[r] + b.outs[r], n - 1)
+            right = greedy_continuation(b.target, b.prompts[r] + b.outs[r], n - 1, self.greedy_runs)
             k = int(torch.randint(0, n, (1,), generator=self.rng))        # 0 .. n-1 right drafts
             if int(torch.randint(0, 3, (1,), generator=self.rng)) == 0:
                 k = n - 1                                                   # a third of the blocks: all right

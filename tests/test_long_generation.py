@@ -13,6 +13,8 @@ PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
 WINDOW = 320                                 # max_seq_len of the long-generation target: > 300 new tokens fit
 NEW = WINDOW - len(PROMPTS[0])               # 312: exactly fills the window after the first prompt
 
+GREEDY_RUNS = []         # the long target's plain greedy runs, computed once for every kind and margin
+
 
 def tiny_dflash2(target, seed=1, block_size=16):
     torch.manual_seed(seed)
@@ -51,7 +53,7 @@ def test_greedy_speculative_equals_greedy_decoding_for_300_plus_tokens_up_to_the
     lengths = []
     for prompt in PROMPTS:
         n = WINDOW - len(prompt) - margin                       # >= 300 new tokens, `margin` spare positions
-        ref = greedy_continuation(target, prompt, n)            # plain greedy, one run shared by every kind
+        ref = greedy_continuation(target, prompt, n, GREEDY_RUNS)     # plain greedy, shared by every kind
         for block_size in (4, 16):
             out, stats = speculative_generate(target, drafter, prompt, n, block_size=block_size)
             first = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), None)

@@ -8,7 +8,6 @@ logits, so a walk that ignored the predecessor would still draw the right tokens
 """
 
 import types
-import weakref
 
 import torch
 
@@ -82,18 +81,16 @@ def small_drafters(target):
             "dflash2": tiny_dflash2(target, seed=12, block_size=4, top_k=4, rank=4, group=8, perturb=0.5)}
 
 
-_GREEDY_RUNS = weakref.WeakKeyDictionary()     # target -> the greedy token sequences computed so far
-
-
-def greedy_continuation(target, context, n, lookahead=64):
-    """`generate(target, context, n)`, served from an earlier, longer greedy run when `context` lies on it.
+def greedy_continuation(target, context, n, runs=None, lookahead=64):
+    """`generate(target, context, n)`, served from an earlier, longer greedy run of `target` in `runs` (a list
+    the caller keeps; each new run is added to it) when `context` lies on it.
 
     An oracle drafter drafts the target's own continuation at every step of a lossless decode, so each
     context extends the last one along the same greedy path: one run `lookahead` tokens long serves many
     steps, where a fresh `generate` per step would re-read the whole context each time."""
     if n == 0:
         return []
-    runs = _GREEDY_RUNS.setdefault(target, [])
+    runs = [] if runs is None else runs
     run = next((r for r in runs if len(r) >= len(context) + n and r[:len(context)] == context), None)
     if run is None:
         extra = max(0, min(lookahead, target.config.max_seq_len - len(context) - n))
@@ -115,12 +112,13 @@ class OracleDrafter(TokenContext):
                                             mask_token_id=MASK_ID)
         self.rng = torch.Generator().manual_seed(seed)
         self.calls = 0
+        self.greedy_runs = []                    # the target's greedy runs so far (greedy_continuation)
 
     def draft(self, cache, anchor, n_draft, choose):
         self.calls += 1
         if n_draft == 0:
             return choose(torch.zeros(0, self.target.config.vocab_size, dtype=torch.float64))
-        right = greedy_continuation(self.target, cache + [anchor], n_draft)
+        right = greedy_continuation(self.target, cache + [anchor], n_draft, self.greedy_runs)
         k = n_draft if self.n_right is None else self.n_right(self.rng, n_draft)
         tokens = right[:k] + [(t + 1) % self.target.config.vocab_size for t in right[k:]]
         vocab = self.target.config.vocab_size
@@ -137,7 +135,7 @@ class OracleTreeDrafter(OracleDrafter):
 
     def slot_logits(self, cache, anchor, n):
         vocab = self.target.config.vocab_size
-        right = greedy_continuation(self.target, cache + [anchor], n)
+        right = greedy_continuation(self.target, cache + [anchor], n, self.greedy_runs)
         k = n if self.n_right is None else self.n_right(self.rng, n)
         logits = torch.zeros(n, vocab, dtype=torch.float64)
         for j in range(n):
