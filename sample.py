@@ -208,7 +208,7 @@ def main(argv=None):
                                 generator=torch.Generator().manual_seed(args.seed), **spec_kw)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
-    B = args.block_size or drafter.config.block_size
+    B = args.block_size or drafter.block_size
     millions = {name: sum(p.numel() for p in m.parameters()) / 1e6            # parameters
                 for name, m in (("target", target), ("drafter", drafter))}
     source = " + ".join(args.hf) if args.hf else drafter_path(args.out, sampling=args.temperature > 0)

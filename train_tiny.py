@@ -217,7 +217,7 @@ def calibrate_stage(args, target, drafter, sampler):
     threads into costs.json (nanodflash/tools/calibrate.py); kept while its key (machine, threads, torch) and
     the target it timed stay the same. -> the seconds it took (0 when kept or skipped)."""
     torch.set_num_threads(DECODE_THREADS)
-    key, B = cost_key(target), drafter.config.block_size
+    key, B = cost_key(target), drafter.block_size
     kept = next((e for e in run_folder.read_costs(args.out) if e["key"] == key and e["block_size"] == B
                  and e.get("target") == target.fingerprint()), None)
     if args.calibrate_calls == 0 or kept is not None:

@@ -59,9 +59,9 @@ class SpecBatch(PlainBatch):
 
     def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0,
                  top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
-        B = drafter.config.block_size
+        B = drafter.block_size
         super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
-                         generator, layer_ids=drafter.config.target_layer_ids, slack=B)
+                         generator, layer_ids=drafter.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
         costs_at = partial(batch_costs, drafter, sampled=temperature > 0)   # rows -> costs
         self.sizer = BatchBlockSize(B, costs_at, prior(temperature > 0), len(prompts)) if self.auto else \

@@ -18,7 +18,7 @@ class RaggedRows:
     def __init__(self, drafter, rows, max_len):
         p = next(drafter.parameters())
         self.drafter = drafter
-        B = drafter.config.block_size
+        B = drafter.block_size
         self.cache = RaggedKVCache(drafter.config, rows, max_len + B, p.device, p.dtype)
         self.pending = []       # features (R, 1, F) of plain steps' positions, projected at the next draft
 

@@ -6,6 +6,8 @@ these methods and never asks which kind it is. A new kind subclasses `DrafterInt
 `extend` and `slot_logits`, and inherits the rest; it overrides a method where it knows better (DFlash 2's
 selector scores its candidates after each predecessor; an autoregressive chain drafts one token at a time).
 
+    block_size, target_layer_ids                B (the anchor and at most B-1 drafts a pass), and the target
+                                                layers whose outputs the decoders hand to `extend`
     new_cache(max_len[, compiled])              its context for one sequence (compiled=True: a drafter whose
                                                 `compiles` is True, its passes compiled: compiled.py)
     extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
@@ -34,6 +36,17 @@ class DrafterInterface:
 
     kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
     compiles = False        # whether new_cache(max_len, compiled=True) drafts through compiled.py's pass
+    cost_book = None        # its step costs (step_costs.CostBook), made when first asked for
+
+    @property
+    def block_size(self):
+        """B: the anchor and the drafts of one pass, at most (a model drafter's, from its config)."""
+        return self.config.block_size
+
+    @property
+    def target_layer_ids(self):
+        """The target layers whose outputs `extend` gets as features (a model drafter's, from its config)."""
+        return self.config.target_layer_ids
 
     def context_length(self, cache):
         """How many verified positions the drafter's context holds."""

@@ -101,7 +101,7 @@ def prefill(target, drafter, prompt, cache, dcache, sampling, generator):
     """The prompt (1, P) through the target in one pass; its features at the drafter's layers become the
     drafter's first context. -> the first generated token, drawn from the target's last position as
     `sampling` (a sampling.Sampling) says."""
-    logits, feats = target(prompt, cache, layer_ids=drafter.config.target_layer_ids)
+    logits, feats = target(prompt, cache, layer_ids=drafter.target_layer_ids)
     drafter.extend(dcache, feats, prompt)                                    # the context: the whole prompt
     return int(sampling.next_token(logits[0, -1].cpu(), generator))
 

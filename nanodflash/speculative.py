@@ -108,7 +108,7 @@ def start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifie
 def block_policy(request, block_size, compile=False):
     """The block size of each step (block_policy.py; "auto" prices drafts by the run folder's step costs)."""
     drafter, sampled = request.drafter, not request.sampling.greedy
-    return block_sizes(block_size, drafter.config.block_size, sampled=sampled,
+    return block_sizes(block_size, drafter.block_size, sampled=sampled,
                        costs=partial(costs_for, drafter, 1, sampled, compile))
 
 
@@ -125,7 +125,7 @@ def speculative_step(request, anchor, b, left):
         drafts = tokens.tolist()
     start = r.cache.length
     block = torch.tensor([[anchor] + drafts], device=r.cache.k.device)             # (1, b)
-    logits, feats = r.target(block, r.cache, layer_ids=r.drafter.config.target_layer_ids)
+    logits, feats = r.target(block, r.cache, layer_ids=r.drafter.target_layer_ids)
     logits = logits[0].cpu()                                                       # (b, V), one target pass
     n_acc, bonus = verify_block(r.verifier, torch.tensor(drafts, dtype=torch.long), q, logits, r.sampling,
                                 r.generator)

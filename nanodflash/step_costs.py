@@ -49,7 +49,7 @@ class CostBook:
 
 def cost_book(drafter):
     """The drafter's CostBook: a new, empty one (the default costs) the first time it is asked for."""
-    if getattr(drafter, "cost_book", None) is None:
+    if drafter.cost_book is None:
         drafter.cost_book = CostBook()
     return drafter.cost_book
 
@@ -81,8 +81,8 @@ def default_costs(block_size, rows=1, sampled=False):
 
 
 def check_table(drafter, costs):
-    if len(costs) != drafter.config.block_size or costs[0] != 1:
-        raise ValueError(f"costs must list cost(n) for n = 0..{drafter.config.block_size - 1} with "
+    if len(costs) != drafter.block_size or costs[0] != 1:
+        raise ValueError(f"costs must list cost(n) for n = 0..{drafter.block_size - 1} with "
                          f"cost(0) = 1, got {costs}")
 
 
@@ -105,7 +105,7 @@ def use_table(drafter, entries):
 
 def table_for(drafter, key):
     """The costs.json entry measured for this machine key and block size, or None."""
-    B = drafter.config.block_size
+    B = drafter.block_size
     return next((e for e in cost_book(drafter).entries if e["key"] == key and e["block_size"] == B), None)
 
 
@@ -130,4 +130,4 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
         print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
               "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
               f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)
-    return default_costs(drafter.config.block_size, rows, sampled)
+    return default_costs(drafter.block_size, rows, sampled)

@@ -269,7 +269,7 @@ class TreeStep(Step):
     def draft(self, anchor, left):
         self.start = self.cache.length
         n_nodes = min(self.tree_nodes, self.cache.max_len - self.start - 1)  # near the window: a smaller tree
-        n_draft = min(self.drafter.config.block_size - 1, left)
+        n_draft = min(self.drafter.block_size - 1, left)
         if self.draws is None:
             tree = draft_tree(self.drafter, self.dcache, anchor, n_draft, n_nodes, *self.shape)
         else:
@@ -278,7 +278,7 @@ class TreeStep(Step):
         return Drafted(anchor, tree.tokens[1:], tree)
 
     def verify(self, d):
-        logits, feats = verify_tree(self.target, self.cache, d.tree, self.drafter.config.target_layer_ids)
+        logits, feats = verify_tree(self.target, self.cache, d.tree, self.drafter.target_layer_ids)
         accept = accept_path if self.draws is None else self.draws.accept
         s = self.sampling
         path, bonus = accept(d.tree, logits, s.temperature, s.top_k, s.top_p, self.generator)   # (N+1, V)

@@ -69,7 +69,7 @@ def test_lookup_equals_the_plain_loops_reference_on_random_lists():
 
 def test_prompt_lookup_drafter_drafts_exactly_the_copied_tokens(target):
     pl = PromptLookupDrafter(target, n_draft=4, max_ngram=2)
-    assert pl.config.block_size == 5 and pl.config.target_layer_ids == [0], f"config {pl.config}"
+    assert pl.block_size == 5 and list(pl.target_layer_ids) == [0], (pl.block_size, pl.target_layer_ids)
     cache = pl.new_cache(64)
     pl.extend(cache, None, torch.tensor([[3, 9, 4, 1, 2, 5, 9]]))
     seen = []

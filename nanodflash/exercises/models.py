@@ -7,7 +7,6 @@ whose selector and convolutions are moved away from their start (a fresh selecto
 logits, so a walk that ignored the predecessor would still draw the right tokens).
 """
 
-import types
 
 import torch
 
@@ -106,10 +105,11 @@ class OracleDrafter(TokenContext):
     are replaced by a wrong token. It sees token ids, never features: the decoding loop must not care.
     """
 
+    block_size = None           # set per drafter
+    target_layer_ids = (0,)     # the loop hands every drafter features; an oracle ignores them
+
     def __init__(self, target, block_size, n_right=None, seed=0):
-        self.target, self.n_right = target, n_right
-        self.config = types.SimpleNamespace(block_size=block_size, target_layer_ids=[0],
-                                            mask_token_id=MASK_ID)
+        self.target, self.n_right, self.block_size = target, n_right, block_size
         self.rng = torch.Generator().manual_seed(seed)
         self.calls = 0
         self.greedy_runs = []                    # the target's greedy runs so far (greedy_continuation)

@@ -61,7 +61,7 @@ class Summary:
         acc = slot_accuracy(drafter, data["val"], min_anchor=data["prompt_len"] - 1)
         print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
         print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
-        B = drafter.config.block_size
+        B = drafter.block_size
         if self.calibrate_seconds:
             print(f"step costs for block_size=auto: timed in {self.calibrate_seconds:.0f}s into costs.json "
                   "(python -m nanodflash.tools.calibrate)")

@@ -27,10 +27,10 @@ def report(out, drafter, models, data, eval_prompts, ar_ks):
         recall = "" if recall is None else " | per-slot top-16 recall " + " ".join(f"{r:.2f}" for r in recall)
         print(f"{name:<20} expected tau {acc['expected_tau']:5.2f} | per-slot accuracy "
               + " ".join(f"{a:.2f}" for a in acc["slot_acc"]) + recall)
-    B = drafter.config.block_size
+    B = drafter.block_size
     rows = [(f"{name} B={B}", d, B) for name, d in drafters.items() if name != "ar"]
     if "ar" in models:
-        rows += [(f"ar k={k}", models["ar"], k + 1) for k in ar_ks if k < models["ar"].config.block_size]
+        rows += [(f"ar k={k}", models["ar"], k + 1) for k in ar_ks if k < models["ar"].block_size]
     print(f"\n=== tau of greedy speculative decoding, {len(prompts)} held-out prompts x {new} new tokens ===")
     taus = {}
     for name, d, b in rows:

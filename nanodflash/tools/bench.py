@@ -153,7 +153,7 @@ def main(argv=None, extra=None):
           f"{'NO: ' + ', '.join(bad) if bad else 'yes'}")
 
     # the ceiling, from in-loop costs
-    main_B = min(16, drafter.config.block_size)
+    main_B = min(16, drafter.block_size)
     main_row = by_name.get(f"{kind} greedy B={main_B}")
     policy = bench_table.policy_costs(by_name, kind, main_B)          # block_policy's constants, measured
     if main_row is not None:

@@ -46,7 +46,7 @@ def methods(drafter, sampling):
     plain = ("plain", lambda t, d, ps, n, g: (generate_batch(t, ps, n, generator=g, **sampling), None))
     spec = [(f"dflash B={b}", lambda t, d, ps, n, g, b=b: speculative_generate_batch(
                 t, d, ps, n, block_size=b, generator=g, **sampling))
-            for b in (SAMPLED_B if sampling else GREEDY_B) if b == "auto" or b <= drafter.config.block_size]
+            for b in (SAMPLED_B if sampling else GREEDY_B) if b == "auto" or b <= drafter.block_size]
     return [plain] + spec
 
 
@@ -56,7 +56,7 @@ def batch1_methods(drafter, sampling):
     def run(b):
         return lambda t, d, ps, n, g: ([speculative_generate(t, d, ps[0], n, block_size=b, generator=g,
                                                              **sampling)[0]], None)
-    first = min(4, drafter.config.block_size) if sampling else drafter.config.block_size
+    first = min(4, drafter.block_size) if sampling else drafter.block_size
     return [(f"batch-1 loop B={b}", run(b)) for b in (first, "auto")]
 
 
@@ -168,7 +168,7 @@ def main(argv=None):
                                    args.data or run_corpus(args.out))
     which_drafter = os.path.basename(drafter_path(args.out, sampling is not None))
     print(f"nanodflash.tools.bench_batch: {args.out} ({drafter.kind} {which_drafter}, "
-          f"B={drafter.config.block_size}) | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
+          f"B={drafter.block_size}) | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens, {describe_sampling(sampling)} | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     if not args.costs_only:

@@ -96,7 +96,7 @@ def default_methods(drafter, baselines=None, greedy_only=False, sampler=None, sa
     `baselines`: {kind: drafter}, e.g. baselines.load_present(out) plus {"dflash2": ...}. greedy_only: plain
     greedy and the drafter's greedy rows only. sampled_only: the sampled rows of the drafter sampling decodes
     with (the sampler where there is one) only."""
-    B, kind, extra = drafter.config.block_size, kind_of(drafter), baselines or {}
+    B, kind, extra = drafter.block_size, kind_of(drafter), baselines or {}
     if kind in extra:
         raise ValueError(f"an extra drafter has the main drafter's kind {kind!r}: their rows would share "
                          "names")
@@ -111,15 +111,15 @@ def default_methods(drafter, baselines=None, greedy_only=False, sampler=None, sa
         return methods
     for k, d in dflash_style(extra).items():
         methods += [Method(f"{k} greedy B={b}", 0.0, dflash_method(b, drafter=d))
-                    for b in sorted({min(b, d.config.block_size) for b in (8, 16)})]
+                    for b in sorted({min(b, d.block_size) for b in (8, 16)})]
     if "ar" in extra:
         ar = extra["ar"]
         methods += [Method(f"ar k={k}", 0.0, dflash_method(k + 1, drafter=ar)) for k in AR_KS
-                    if k < ar.config.block_size]
+                    if k < ar.block_size]
     if "nofeat" in extra:
         nf = extra["nofeat"]
-        methods += [Method(f"dflash no-features B={nf.config.block_size}", 0.0,
-                           dflash_method(nf.config.block_size, drafter=nf))]
+        methods += [Method(f"dflash no-features B={nf.block_size}", 0.0,
+                           dflash_method(nf.block_size, drafter=nf))]
     methods += [Method(f"prompt lookup k={k}", 0.0, prompt_lookup_method(k)) for k in LOOKUP_KS]
     return methods + sampled_methods(drafter, samplers, dflash_style(extra))
 
@@ -138,7 +138,7 @@ def sampled_methods(drafter, samplers, extra=None):
             if T == 1.0 and k not in samplers:
                 continue
             methods += [Method(f"{k} {label} {v} B={b}", T, dflash_method(b, T, v, own, p))
-                        for b in sampled_sizes(d.config.block_size) for v in ("match", "rejection")]
+                        for b in sampled_sizes(d.block_size) for v in ("match", "rejection")]
             if k in samplers:
                 methods += [Method(f"{k} {label} sampled tree N={n}", T, sampled_tree_method(n, T, own, p))
                             for n in SAMPLED_TREE_NODES]
@@ -151,7 +151,7 @@ def headline_methods(drafter, sampler=None):
     B=4 and B=auto of the drafter sampling decodes with (the sampling drafter where the run made one): what
     sampling, as people sample, gains: picked from `default_methods` by name; every row takes about ten times
     as long at 64 prompts (`--all_rows`)."""
-    B, kind = drafter.config.block_size, kind_of(drafter)
+    B, kind = drafter.block_size, kind_of(drafter)
     name = list(sampling_drafters(drafter, sampler))[-1]
     label = f"{name} T={SAMPLED[0]} p={SAMPLED[1]} rejection"
     wanted = {"plain greedy", f"{kind} greedy B={min(16, B)}", f"plain T={SAMPLED[0]} p={SAMPLED[1]}",

@@ -77,13 +77,13 @@ def depth_profile(stats_list, n_depth):
 def candidate_ceiling(target, drafter, prompts, references, single_runs):
     """At each anchor the single path visited: per slot d, is the true token a candidate (`recall`), and are
     the true tokens of slots 1..d all candidates (`prefix`)? -> dict(recall, prefix, tau_ceiling, anchors)."""
-    n_depth = drafter.config.block_size - 1
+    n_depth = drafter.block_size - 1
     hits, prefix, count = [0] * n_depth, [0] * n_depth, [0] * n_depth
     anchors, device = 0, next(target.parameters()).device
     for prompt, ref, stats in zip(prompts, references, single_runs):
         truth = list(prompt) + list(ref)
         ids = torch.tensor([truth], device=device)
-        _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)      # (1, S, F) every position
+        _, feats = target(ids, layer_ids=drafter.target_layer_ids)      # (1, S, F) every position
         dcache, done, start = drafter.new_cache(len(truth)), 0, len(prompt)
         for a in stats.acceptance_lengths:                                 # the anchors of the single path
             n = min(n_depth, len(truth) - start - 1)
@@ -175,7 +175,7 @@ def main(argv=None):
         tok, target, drafter = load(args.out, args.device)
         prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
                                        args.data or run_corpus(args.out))
-        B = min(16, drafter.config.block_size)
+        B = min(16, drafter.block_size)
         if args.sweep:
             t0 = time.perf_counter()
             taus = sweep(target, drafter, prompts, args.max_new_tokens, args.sizes, args.sweep, B,
@@ -204,7 +204,7 @@ def main(argv=None):
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
           "draft/verify ms: in-loop, per step")
-    n_depth = drafter.config.block_size - 1
+    n_depth = drafter.block_size - 1
     profiles = {name: depth_profile(st, n_depth) for name, st in records.items()}
     print("\nP(step accepts >= d drafts), d = " + " ".join(f"{d:>4}" for d in range(1, n_depth + 1)))
     for name, prof in profiles.items():

@@ -86,7 +86,7 @@ def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False, compiled=
     drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
     costs about as much). compiled: the drafter's pass compiled (compiled.py), its graphs made by the
     warm-up call of each size."""
-    B, ids = drafter.config.block_size, drafter.config.target_layer_ids
+    B, ids = drafter.block_size, drafter.target_layer_ids
     device = next(target.parameters()).device
     n = min(CONTEXT, target.config.max_seq_len - B)
     context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
@@ -119,7 +119,7 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
     tokens per row, verify t per row, emit, project into the drafter's context), each put back after it is
     timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's.
     sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
-    B = drafter.config.block_size
+    B = drafter.block_size
     n = min(CONTEXT, target.config.max_seq_len - 3 * B)
     context = [i % target.config.vocab_size for i in range(n)]
     prompts = [context[: n - r % 3] for r in range(rows)]
@@ -163,7 +163,7 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     "sampled": {rows: [...]}}}. compiled: batch 1's steps with the drafter's pass compiled, under the
     compiled key (the batched decoder has no compiled pass)."""
     rows = (1,) if compiled else rows
-    t0, B = time.perf_counter(), drafter.config.block_size
+    t0, B = time.perf_counter(), drafter.block_size
     device = next(target.parameters()).device
     greedy, sampled = {}, {}
     for R in rows:

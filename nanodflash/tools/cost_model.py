@@ -99,9 +99,9 @@ def target_forwards(target, rows, context):
 
 def drafter_pass(target, drafter, context):
     """A call of one greedy drafter pass of its whole block after `context` positions."""
-    device, B = next(target.parameters()).device, drafter.config.block_size
+    device, B = next(target.parameters()).device, drafter.block_size
     ids = torch.arange(context, device=device)[None] % target.config.vocab_size           # (1, context)
-    _, feats = target(ids, target.new_cache(1, context), layer_ids=drafter.config.target_layer_ids)
+    _, feats = target(ids, target.new_cache(1, context), layer_ids=drafter.target_layer_ids)
     dcache = drafter.new_cache(context + B)
     drafter.extend(dcache, feats, ids)
     rule = DraftRule(0.0, False, None)
@@ -113,7 +113,7 @@ def measure(target, drafter, n_calls=N_CALLS):
     """[((fit or held out, what), features, median seconds)] at FIT and HELD_OUT points and the drafter's
     passes, every point's calls interleaved with the others' (a slow moment weighs on all alike)."""
     dtype_bytes = next(target.parameters()).element_size()
-    V, B = target.config.vocab_size, drafter.config.block_size
+    V, B = target.config.vocab_size, drafter.block_size
     t_shape, d_shape = shape(target.config, V), shape(drafter.config, V)
     steps, window = {}, target.config.max_seq_len
     for rows, context in FIT + HELD_OUT:
@@ -184,8 +184,8 @@ def main(argv=None):
               f"-> {speedup:.2f}x at τ {PAPER_TAU}")
     V = target.config.vocab_size
     plain, verify, draft = (predict(constants, features(shape(m.config, V), 1, t, 64, 4))
-                            for m, t in ((target, 1), (target, drafter.config.block_size),
-                                         (drafter, drafter.config.block_size)))
+                            for m, t in ((target, 1), (target, drafter.block_size),
+                                         (drafter, drafter.block_size)))
     print(f"  this CPU, this run: plain step {1e3 * plain:.2f} ms, verify {verify / plain:.2f} plain steps, "
           f"drafter pass {draft / plain:.2f}: a step costs {(verify + draft) / plain:.2f} plain steps here")
 

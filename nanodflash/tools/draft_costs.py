@@ -24,7 +24,7 @@ def realistic_context(target, prompt, context_len):
 def drafter_context(target, drafter, context):
     """A drafter cache holding the target features of `context` (a list of ids)."""
     ids = torch.tensor([context], device=next(target.parameters()).device)              # (1, T)
-    _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)
+    _, feats = target(ids, layer_ids=drafter.target_layer_ids)
     cache = drafter.new_cache(target.config.max_seq_len)
     drafter.extend(cache, feats, ids)
     return cache
@@ -38,9 +38,9 @@ def step_costs(target, drafter, prompt, context_len, block_size=16, n=50):
     with its cache, features captured) and one plain decoding step (1 token with the cache), all after
     the same `context_len` ids (prompt + the target's greedy continuation)."""
     device = next(target.parameters()).device
-    B = min(block_size, drafter.config.block_size)
+    B = min(block_size, drafter.block_size)
     context = realistic_context(target, prompt, context_len)
-    ids = drafter.config.target_layer_ids
+    ids = drafter.target_layer_ids
     cache, dcache = target.new_cache(1), drafter.new_cache(target.config.max_seq_len)
     ctx = torch.tensor([context], device=device)                                 # (1, context_len)
     _, feats = target(ctx, cache, layer_ids=ids)
@@ -73,7 +73,7 @@ def draft_step_seconds(target, drafters, context, n_draft, n=50):
     """{name: median seconds of one greedy draft step of min(n_draft, B-1) tokens} after `context` (ids)."""
     device = next(target.parameters()).device
     return {name: time_draft(d, drafter_context(target, d, context), context[-1],
-                             min(n_draft, d.config.block_size - 1), device, n)
+                             min(n_draft, d.block_size - 1), device, n)
             for name, d in drafters.items()}
 
 
@@ -82,7 +82,7 @@ def format_draft_steps(seconds, drafters, n_draft, reference):
     is."""
     lines = []
     for name, s in seconds.items():
-        k = min(n_draft, drafters[name].config.block_size - 1)
+        k = min(n_draft, drafters[name].block_size - 1)
         more = 100 * (seconds[reference] / s - 1)
         vs = "" if name == reference else f"  ({reference} draft step {more:+.1f}% vs {name})"
         lines.append(f"  {f'draft  ({name}: {k} tokens, one pass)':<40} {1e3 * s:8.3f} ms{vs}")
@@ -97,7 +97,7 @@ def draft_cost_curve(target, drafters, prompt, context_len=None, n=20):
     passes, per drafter, at one context length (default prompt + 48)."""
     device, context_len = next(target.parameters()).device, context_len or len(prompt) + 48
     context = realistic_context(target, prompt, context_len)
-    n_max = min(d.config.block_size for d in drafters.values()) - 1
+    n_max = min(d.block_size for d in drafters.values()) - 1
     curve = dict(context_len=context_len, n_draft=list(range(1, n_max + 1)), seconds={}, forwards={})
     for name, d in drafters.items():
         cache = drafter_context(target, d, context)

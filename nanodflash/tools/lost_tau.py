@@ -86,7 +86,7 @@ def oracle_section(target, family, prompts, max_new_tokens, rows_by_name, top_k=
     lines = [f"oracle-selector tau (ceiling of a perfect top-{top_k} selector; same prompts and B):",
              f"  {'drafter row':<26} {'tau':>6} {'oracle':>7} {'recall':>7}"]
     for kind, d in family.items():
-        b = min(16, d.config.block_size)
+        b = min(16, d.block_size)
         name = f"{kind} greedy B={b}"
         o = oracles[name] = oracle_selector_stats(d, prompts, references, b, top_k)
         tau = rows_by_name[name]["tau"] if name in rows_by_name else float("nan")
@@ -103,7 +103,7 @@ def slot_acceptance(target, drafter, prompts, max_new_tokens, temperature=0.7, t
     acceptance probability there, given the drafts before it) and whether d_i was accepted.
     Returns dict(overlap=[mean sum min(p, q) per slot], accepted=[acceptance rate per slot],
     reached=[counts])."""
-    n = drafter.config.block_size - 1
+    n = drafter.block_size - 1
     overlap, accepted, reached = [0.0] * n, [0] * n, [0] * n
 
     def recording(drafts, q, p, generator):

@@ -5,7 +5,6 @@ by copying from the prompt and the text so far, with no model at all). The bench
     tokens, stats = speculative_generate(target, drafter, prompt_ids, 200)
 """
 
-import types
 
 import torch
 
@@ -51,12 +50,13 @@ class PromptLookupDrafter(TokenContext):
     """
 
     kind = "prompt lookup"
+    block_size = None           # set per drafter: n_draft + 1
+    target_layer_ids = (0,)     # the loop hands every drafter features; these are ignored
 
     def __init__(self, target, n_draft=10, max_ngram=3):
         if n_draft < 0 or max_ngram < 1:
             raise ValueError(f"need n_draft >= 0 and max_ngram >= 1, got {n_draft} and {max_ngram}")
-        self.target, self.max_ngram = target, max_ngram
-        self.config = types.SimpleNamespace(block_size=n_draft + 1, target_layer_ids=[0], mask_token_id=-1)
+        self.target, self.max_ngram, self.block_size = target, max_ngram, n_draft + 1
 
     def draft(self, cache, anchor, n_draft, choose):
         """Copy up to n_draft tokens by lookup; return choose(one-hot logits (n, V)), n <= n_draft (maybe

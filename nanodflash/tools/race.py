@@ -45,7 +45,7 @@ def lanes(drafter, temperature, block_size, tree_nodes):
     nodes = tree_nodes or (SAMPLED_TREE_NODES if sampled else TREE_NODES)
     block_size = block_size or ("auto" if sampled else None)          # sample.py's defaults
     kind = "sampled" if sampled else "DFlash"
-    B = block_size or drafter.config.block_size
+    B = block_size or drafter.block_size
     return [("plain", "plain sampling" if sampled else "plain decoding", None),
             ("path", f"{kind} path, B {B}",
              lambda *a, **kw: watched_generate(*a, block_size=block_size, **kw)),
@@ -150,7 +150,7 @@ def whatif_start(drafter, lanes_, sampled):
     default), fitted to linear_costs; the path lane's own step cost in plain steps (its mean step against
     plain decoding's mean token, both measured here) with the same growth per draft; the cost model's GPU
     step (an 8B target and its drafter on GPU, cost_model.gpu_costs); its per-slot rates."""
-    B = drafter.config.block_size
+    B = drafter.block_size
     table = costs_for(drafter, 1, sampled=sampled)
     step, slot = fit_linear(table)
     plain, path = lanes_[0], lanes_[1]

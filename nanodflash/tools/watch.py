@@ -26,7 +26,7 @@ class TimedTarget:
     each."""
 
     def __init__(self, target, stats, generator=None, capture=False):
-        self.target, self.config, self.stats = target, target.config, stats
+        self.target, self.stats = target, stats
         self.generator, self.capture, self.rng = generator, capture, None
 
     def __call__(self, *args, **kwargs):
@@ -41,7 +41,8 @@ class TimedDrafter:
     (`drafter.mark`) before each extension."""
 
     def __init__(self, drafter, stats):
-        self.drafter, self.config, self.stats, self.before = drafter, drafter.config, stats, None
+        self.drafter, self.stats, self.before = drafter, stats, None
+        self.block_size, self.target_layer_ids = drafter.block_size, drafter.target_layer_ids
 
     def draft(self, cache, *args):
         with self.stats.timer("draft_time"):
