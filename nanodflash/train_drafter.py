@@ -116,6 +116,71 @@ RESUME_KEYS = ("steps", "batch_size", "n_anchors", "lr", "min_anchor", "gamma", 
                "eval_every", "soft_weight")
 
 
+def data_parts(seqs, long_seqs, how):
+    """Where each step's blocks come from: [{seqs, n sequences, k anchors each}], the long sequences second
+    when `how` draws from them."""
+    parts = [dict(seqs=seqs, n=how.batch_size, k=how.n_anchors)]
+    if long_seqs is not None and how.long_batch and how.long_anchors:
+        parts.append(dict(seqs=long_seqs, n=how.long_batch, k=how.long_anchors))
+    return parts
+
+
+def add_features(parts, target, config, how):
+    """The frozen target reads each sequence once, ever: every part's features (and soft targets) computed up
+    front, when they fit in how.precompute_limit bytes (else None: one target forward per step)."""
+    n_bytes = sum(p["seqs"].numel() for p in parts) * len(config.target_layer_ids) * config.n_embd * 4
+    for p in parts:
+        p["feats"], p["soft"] = None, None
+        if n_bytes < how.precompute_limit:
+            p["feats"], p["soft"] = _features_and_soft(target, p["seqs"], config.target_layer_ids,
+                                                       how.soft_weight > 0)
+            p["feats"] = p["feats"].cpu()
+
+
+def blocks_loss(drafter, parts, weights, g, how, device):
+    """One step's loss: from each part, n random sequences x k random anchors (drawn from g), through the
+    drafter's loss; the parts weighed by their share of the blocks. -> (loss, {PARTS name: value})."""
+    blocks = sum(p["n"] * p["k"] for p in parts)
+    loss, parts_out, c = 0.0, {}, drafter.config
+    for p in parts:
+        rows = torch.randint(0, p["seqs"].size(0), (p["n"],), generator=g)
+        x = p["seqs"][rows].to(device)                                         # (N, S)
+        if p["feats"] is not None:
+            feats = p["feats"][rows].to(device)
+            soft = p["soft"] and tuple(t[rows].to(device) for t in p["soft"])
+        else:                                                                  # one target forward per step
+            feats, soft = _features_and_soft(drafter.target, x, c.target_layer_ids, how.soft_weight > 0)
+        anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, how.min_anchor, g)
+        part_loss, out = drafter.loss(feats, x, anchors.to(device), weights, soft=soft,
+                                      soft_weight=how.soft_weight)
+        share = p["n"] * p["k"] / blocks                                       # this part's share of blocks
+        loss = loss + share * part_loss
+        for k in PARTS:
+            if k in out:
+                parts_out[k] = parts_out.get(k, 0.0) + share * float(out[k])
+    return loss, parts_out
+
+
+def evaluate(drafter, eval_fn, step, how, history):
+    """eval_fn's numbers every how.eval_every steps and at the last, kept in history -> a progress suffix."""
+    every = how.eval_every
+    if eval_fn is None or not every or not ((step + 1) % every == 0 or step == how.steps - 1):
+        return ""
+    drafter.eval()
+    result = eval_fn(drafter)
+    drafter.train()
+    history["eval"].append({"step": step + 1, **result})
+    return " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
+
+
+def resume_settings(drafter, seqs, long_seqs, how, parts):
+    """What a resume file must have been trained with to be continued."""
+    recipe = {k: getattr(how, k) for k in RESUME_KEYS}
+    long = {"long": [data_hash(long_seqs), how.long_batch, how.long_anchors]} if len(parts) > 1 else {}
+    return dict(kind=drafter.kind, config=asdict(drafter.config), target=drafter.target.fingerprint(),
+                data=data_hash(seqs), **recipe, **long)
+
+
 def train_drafter(drafter, seqs, how, long_seqs=None, eval_fn=None, resume=None):
     """Train `drafter` on target-generated `seqs` (N, S) as `how` (a DraftTraining) says; the target stays
     frozen. Returns a history dict.
@@ -123,58 +188,26 @@ def train_drafter(drafter, seqs, how, long_seqs=None, eval_fn=None, resume=None)
     how.long_anchors blocks, so that the drafter sees late positions too; the loss is the mean over all the
     step's blocks. `eval_fn(drafter) -> {name: value}` runs every how.eval_every steps. `resume`: path of a
     resume file (resume.py), continued from if it exists."""
-    steps, lr = how.steps, how.lr
-    target, c = drafter.target, drafter.config
     device = next(drafter.parameters()).device
-    target.requires_grad_(False)
+    drafter.target.requires_grad_(False)
     g = torch.Generator().manual_seed(how.seed)
-    weights = loss_decay_weights(c.block_size, how.gamma).to(device)
-    opt = make_optimizer(drafter.parameters(), lr)
+    weights = loss_decay_weights(drafter.config.block_size, how.gamma).to(device)
+    opt = make_optimizer(drafter.parameters(), how.lr)
     history = {"step": [], "loss": [], "eval": []}
-    parts = [dict(seqs=seqs, n=how.batch_size, k=how.n_anchors)]      # where each step's blocks come from
-    if long_seqs is not None and how.long_batch and how.long_anchors:
-        parts.append(dict(seqs=long_seqs, n=how.long_batch, k=how.long_anchors))
-    blocks = sum(p["n"] * p["k"] for p in parts)
-    # what a resume file must have been trained with to be continued
-    recipe = {k: getattr(how, k) for k in RESUME_KEYS}
-    long = {"long": [data_hash(long_seqs), how.long_batch, how.long_anchors]} if len(parts) > 1 else {}
-    settings = dict(kind=drafter.kind, config=asdict(c), target=target.fingerprint(), data=data_hash(seqs),
-                    **recipe, **long)
-    state = Resume(resume, how.log_name, settings, model=drafter, optimizer=opt, data_order=g,
-                   history=history)
-    first = state.restore(steps)
-    progress = Progress(how.log_name, steps, how.log_every, start=first)
-    # The target is frozen, so each sequence needs ONE target forward ever: do them all up front
-    # (when they fit in memory) instead of once per step.
-    use_soft = how.soft_weight > 0
-    n_bytes = sum(p["seqs"].numel() for p in parts) * len(c.target_layer_ids) * c.n_embd * 4
-    for p in parts:
-        p["feats"], p["soft"] = None, None
-        if n_bytes < how.precompute_limit:
-            p["feats"], p["soft"] = _features_and_soft(target, p["seqs"], c.target_layer_ids, use_soft)
-            p["feats"] = p["feats"].cpu()
+    parts = data_parts(seqs, long_seqs, how)
+    state = Resume(resume, how.log_name, resume_settings(drafter, seqs, long_seqs, how, parts), model=drafter,
+                   optimizer=opt, data_order=g, history=history)
+    first = state.restore(how.steps)
+    progress = Progress(how.log_name, how.steps, how.log_every, start=first)
+    add_features(parts, drafter.target, drafter.config, how)
+    tokens = sum(p["n"] * p["k"] for p in parts) * drafter.config.block_size        # per step, for tok/s
     drafter.train()
     with state.deferring_stop():
-        for step in range(first, steps):
+        for step in range(first, how.steps):
+            lr = lr_at(step, how.steps, how.lr)
             for group in opt.param_groups:
-                group["lr"] = lr_at(step, steps, lr)
-            loss, parts_out = 0.0, {}
-            for p in parts:
-                rows = torch.randint(0, p["seqs"].size(0), (p["n"],), generator=g)
-                x = p["seqs"][rows].to(device)                                 # (N, S)
-                if p["feats"] is not None:
-                    feats, soft = (p["feats"][rows].to(device),
-                                   p["soft"] and tuple(t[rows].to(device) for t in p["soft"]))
-                else:                                                          # one target forward per step
-                    feats, soft = _features_and_soft(target, x, c.target_layer_ids, use_soft)
-                anchors = sample_anchors(p["n"], p["k"], x.size(1), c.block_size, how.min_anchor, g)
-                part_loss, out = drafter.loss(feats, x, anchors.to(device), weights, soft=soft,
-                                              soft_weight=how.soft_weight)
-                share = p["n"] * p["k"] / blocks      # this part's share of the blocks
-                loss = loss + share * part_loss
-                for k in PARTS:
-                    if k in out:
-                        parts_out[k] = parts_out.get(k, 0.0) + share * float(out[k])
+                group["lr"] = lr
+            loss, parts_out = blocks_loss(drafter, parts, weights, g, how, device)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(drafter.parameters(), how.grad_clip)
@@ -185,14 +218,8 @@ def train_drafter(drafter, seqs, how, long_seqs=None, eval_fn=None, resume=None)
                 history.setdefault(k, []).append(v)
             logged = step % how.log_every == 0
             extra = "".join(f" | {k} {v:.3f}" for k, v in parts_out.items()) if logged else ""
-            every = how.eval_every
-            if eval_fn is not None and every and ((step + 1) % every == 0 or step == steps - 1):
-                drafter.eval()
-                result = eval_fn(drafter)
-                drafter.train()
-                history["eval"].append({"step": step + 1, **result})
-                extra += " | " + " ".join(f"{k} {v:.3f}" for k, v in result.items() if isinstance(v, float))
-            progress.step(step, loss.item(), lr_at(step, steps, lr), blocks * c.block_size, extra)
+            extra += evaluate(drafter, eval_fn, step, how, history)
+            progress.step(step, loss.item(), lr, tokens, extra)
             state.step_done(step + 1)                   # saves every ~45 s, and at Ctrl-C (then stops)
     drafter.eval()
     return history
