@@ -20,9 +20,9 @@ compiler cannot keep, and what this module does instead:
 - `layers.Stacked` builds its stacked weights inside the graph (it cannot keep its Python cache there).
 
 Only the block pass is compiled: the context's projection (a varying number of new positions), the selector
-and the walk that picks the drafts stay eager, and so does the target: compiled, its layers ran no faster on
-the Intel Xeon this was measured on, where a small operation costs ~2 µs (a CPU where each costs more gained
-1.4-2x from a compiled target forward: docs/log.md). A compiled run's drafts can differ from the eager
+and the walk that picks the drafts stay eager, and so does the target: where a small operation costs little,
+a compiled target layer runs no faster than an eager one (docs/log.md has the measurements, and a CPU where a
+compiled target forward did pay). A compiled run's drafts can differ from the eager
 run's where two logits are within rounding of each other (a fused kernel adds in another order); the
 verifier decides what is kept, so the output is the target's either way (tests/test_compiled.py).
 """

@@ -29,9 +29,9 @@ from .block_policy import linear_costs
 
 MODES = {False: "eager", True: "compiled"}     # the key's compile mode: the drafter's pass compiled or not
 # The default costs, linear in the drafts per row: rows -> (cost of a step with one draft, the growth per
-# further draft as a share of it), block_policy.linear_costs. Fitted to the default run's table (make demo,
-# then calibrate: docs/log.md) on a 2-core AMD EPYC, one thread, torch 2.13.0; from 2 rows on, a batched
-# step in plain batched steps (tools/calibrate.py).
+# further draft as a share of it), block_policy.linear_costs. Fitted to a default run's table (make demo,
+# then calibrate; the machine and the fit: docs/log.md); from 2 rows on, a batched step in plain batched
+# steps (tools/calibrate.py).
 DEFAULT_COSTS = {1: (1.57, 0.022), 2: (1.55, 0.027), 4: (1.53, 0.045), 8: (1.52, 0.099), 16: (1.78, 0.125),
                  32: (1.89, 0.184)}
 DEFAULT_SAMPLED = (1.62, 0.039)    # one row, sampled steps: drawing drafts from q and the rejection test

@@ -41,7 +41,7 @@ from .measure import sync
 CONTEXT = 64                      # tokens of context the timed steps attend to
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
 N_CALLS = 61                      # timed calls per block size (the median counts), after one warm-up each:
-                                  # two calibrations agree within 10% on a 2-core machine (docs/log.md)
+                                  # how well two calibrations agree: docs/log.md
 SAMPLED_T = 0.7                   # sampled steps are timed at this temperature (cost barely moves with it)
 
 
