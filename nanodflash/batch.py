@@ -60,8 +60,9 @@ class SpecBatch(PlainBatch):
     def __init__(self, target, drafter, prompts, max_new_tokens, block_size=None, temperature=0.0,
                  top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
         B = drafter.block_size
-        super().__init__(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids,
-                         generator, layer_ids=drafter.target_layer_ids, slack=B)
+        super().__init__(target, prompts, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                         stop_token_ids=stop_token_ids, generator=generator,
+                         layer_ids=drafter.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
         costs_at = partial(batch_costs, drafter, sampled=temperature > 0)   # rows -> costs
         self.sizer = BatchBlockSize(B, costs_at, prior(temperature > 0), len(prompts)) if self.auto else \
@@ -154,8 +155,9 @@ def speculative_generate_batch(target, drafter, prompts, max_new_tokens, block_s
                                generator=None):
     """Batched DFlash (or DFlash 2): one drafter pass and one target pass per step for the whole batch.
     Returns (one token list per prompt, BatchStats with per-row acceptance lengths and τ)."""
-    return SpecBatch(target, drafter, prompts, max_new_tokens, block_size, temperature, top_k, top_p,
-                     verifier, stop_token_ids, generator).run()
+    return SpecBatch(target, drafter, prompts, max_new_tokens, block_size=block_size, temperature=temperature,
+                     top_k=top_k, top_p=top_p, verifier=verifier, stop_token_ids=stop_token_ids,
+                     generator=generator).run()
 
 
 def batch_costs(drafter, rows, sampled=False):

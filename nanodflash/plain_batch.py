@@ -17,8 +17,8 @@ from .sampling import Sampling
 class PlainBatch:
     """The rows of one batched generation: prompts, outputs, the target's ragged cache; plain steps."""
 
-    def __init__(self, target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator,
-                 layer_ids=None, slack=1):
+    def __init__(self, target, prompts, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
+                 stop_token_ids=None, generator=None, layer_ids=None, slack=1):
         if len(prompts) == 0:
             raise ValueError("the batch is empty: give at least one prompt")
         request = (max_new_tokens, temperature, top_k, top_p, stop_token_ids)
@@ -97,7 +97,8 @@ def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None,
                    stop_token_ids=None, generator=None):
     """Plain batched decoding: one target forward per step for every unfinished row. Returns one list per
     prompt."""
-    batch = PlainBatch(target, prompts, max_new_tokens, temperature, top_k, top_p, stop_token_ids, generator)
+    batch = PlainBatch(target, prompts, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                       stop_token_ids=stop_token_ids, generator=generator)
     batch.prefill()
     while batch.drop_finished():
         batch.plain_step()

@@ -45,12 +45,16 @@ class SampledTree(Tree):
     draws: list = field(default_factory=list)   # (N+1,) per node: its draws in order, as child node ids
     q: list = field(default_factory=list)       # (N+1,) per node: the q its draws came from ((V,), or None)
 
+    @classmethod
+    def root_fields(cls):
+        return dict(draws=[[]], q=[None])             # the root's draws (none yet) and its q (not drawn yet)
+
 
 def sample_tree(q_at, anchor, n_draft, tree_nodes, widths=WIDTHS, generator=None):
     """Best first by path probability under q: the node that scores best makes its draws (its children),
     until the tree holds tree_nodes draft nodes. q_at(t, prev) -> (V,) from the drafter's
     `draft_distribution` (drafting.py)."""
-    tree = SampledTree([anchor], [-1], [0], [0.0], [{}], [[]], [None])
+    tree = SampledTree.root(anchor)
     heap = [(-0.0, 0)] if n_draft and tree_nodes else []                         # (-path log q, node)
     while heap and len(tree) <= tree_nodes:
         _, node = heapq.heappop(heap)

@@ -50,6 +50,16 @@ class Tree:
     score: list             # (N+1,) the root-to-node path's score: the sum of its nodes' tempered log-softmax
     children: list = field(default_factory=list)   # (N+1,) {token: child node}
 
+    @classmethod
+    def root(cls, anchor):
+        """A tree of the anchor alone: node 0, no parent, depth 0, score 0 (a subclass's per-node fields get
+        their root entries from its `root_fields`)."""
+        return cls(tokens=[anchor], parent=[-1], depth=[0], score=[0.0], children=[{}], **cls.root_fields())
+
+    @classmethod
+    def root_fields(cls):
+        return {}
+
     def __len__(self):
         return len(self.tokens)
 
@@ -91,7 +101,7 @@ def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     order = logp.argsort(-1, descending=True)                                 # (n, K, K) children, best first
     ranked = logp.gather(-1, order).tolist()                                  # their log-probs, same order
     order, cand = order.tolist(), cand.tolist()
-    tree = Tree([anchor], [-1], [0], [0.0], [{}])
+    tree = Tree.root(anchor)
     # heap entries: (-path score, parent node, slot, parent's row, rank)
     heap = [(-ranked[0][0][0], 0, 0, 0, 0)] if n else []
     while heap and len(tree) <= tree_nodes:
@@ -109,7 +119,7 @@ def draft_tree(drafter, dcache, anchor, n_draft, tree_nodes, branching=None,
                tree_temperature=TREE_TEMPERATURE):
     """A tree of at most tree_nodes drafts, at most n_draft deep, from one drafter pass."""
     if n_draft == 0 or tree_nodes == 0:
-        return Tree([anchor], [-1], [0], [0.0], [{}])
+        return Tree.root(anchor)
     cand, logp = drafter.candidates(dcache, anchor, n_draft, tree_temperature)   # (n, K), (n, K, K)
     return build_tree(anchor, cand, logp, tree_nodes, branching)
 

@@ -73,7 +73,7 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
 def hand_made_tree():
     """A root with children for tokens 0, 1, 2; node 1 (token 0) with children for 1 and 3; node 2 (token 1)
     with a child for 0: paths of one to three tokens over 6 tokens, and logits that spread over them."""
-    tree = Tree([5], [-1], [0], [0.0], [{}])
+    tree = Tree.root(5)
     for parent, token in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 3), (2, 0)):
         tree.add(parent, token, 0.0)
     logits = 1.5 * torch.randn(len(tree), 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)

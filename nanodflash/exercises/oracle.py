@@ -174,7 +174,7 @@ def random_tree(seed, n, vocab=60):
     children = [{} for _ in range(n + 1)]
     for i in range(1, n + 1):
         children[parent[i]].setdefault(tokens[i], i)
-    return Tree(tokens, parent, depth, [0.0] * (n + 1), children)
+    return Tree(tokens=tokens, parent=parent, depth=depth, score=[0.0] * (n + 1), children=children)
 
 
 def ancestors(parent, i):

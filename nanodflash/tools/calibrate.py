@@ -139,7 +139,7 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
         return call
 
     T, g = (SAMPLED_T if sampled else 0.0), torch.Generator().manual_seed(0)
-    plain = PlainBatch(target, prompts, 2 * B, T, None, None, None, g)
+    plain = PlainBatch(target, prompts, 2 * B, temperature=T, generator=g)
     steps = {1: timed_step(plain, plain.plain_step)}
     for t in COST_TOKENS:
         if 1 < t <= B:
