@@ -104,6 +104,13 @@ def test_the_speculative_step_is_one_function_and_the_loop_a_short_loop_over_it_
     assert not classes, f"speculative.py has classes with methods {classes}: the step is a function"
 
 
+def test_sample_py_reads_in_one_sitting():
+    path = ROOT / "sample.py"
+    assert len(path.read_text().splitlines()) <= 150, "sample.py is over 150 lines: move its tools to tools/"
+    main = _function(path, "main")
+    assert main.end_lineno - main.lineno + 1 <= 50, "sample.py's main is over 50 lines"
+
+
 def _links(path):
     """Relative link targets in a markdown file (external links and anchors left out)."""
     text = path.read_text()

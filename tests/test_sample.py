@@ -155,3 +155,10 @@ def test_sample_device_cuda_without_cuda_is_a_clear_error(smoke_out, capsys):
 def test_sample_compile_with_a_tree_or_a_race_is_a_clear_error(smoke_out, capsys, other):
     message = exit_message(["--out", str(smoke_out), "--compile", *other], capsys)
     assert "--compile runs the path decoder only" in message, f"unclear message: {message}"
+
+
+def test_race_with_html_is_refused_before_any_work(capsys):
+    import sample
+    with pytest.raises(SystemExit):
+        sample.main(["--out", "no_such_run", "--race", "r.html", "--html", "t.html"])
+    assert "--race writes its own page" in capsys.readouterr().err, "--race with --html must say why not"

@@ -22,5 +22,7 @@
                  their page, which replays them side by side; whatif_panel.py: its what-if panel
     course       course.py (make course): the notebooks executed on a run's checkpoints, as HTML handouts;
                  production_map.py: checks docs/production.md's citations of production code
+    scripts      sample_cli.py: sample.py's defaults and flags, the prompt it picks, the models and decoder
+                 its flags choose
     flag checks  cli.py: argparse types shared by every script
 """

@@ -19,6 +19,7 @@ its own exact sample of the target's distribution, so their texts differ from ea
 """
 
 import statistics
+import sys
 import time
 
 import torch
@@ -30,6 +31,7 @@ from ..step_costs import costs_for
 from ..tree import tree_speculative_generate
 from .cost_model import gpu_costs
 from .measure import interleaved
+from .race_page import write_race_page
 from .trace import TraceRecorder
 from .watch import watched_generate
 
@@ -174,3 +176,16 @@ def summary(race):
                      f"{lane['forwards']:3d} target forwards{tau} on text {100 * lane['repetition']:.0f}% "
                      "repeated")
     return "\n".join(lines)
+
+
+def race_command(args, tok, target, drafter, prompt_ids, chosen=None):
+    """sample.py --race FILE: the lanes timed and recorded, their summary printed, the page written."""
+    if chosen:
+        print(chosen)
+    print(f"racing plain decoding, the path and a tree: {REPEATS} timed runs each after a warm-up, then one "
+          "recorded ...", file=sys.stderr)
+    recorded = record_race(tok, target, drafter, prompt_ids, args.max_new_tokens, args.temperature,
+                           args.top_k, args.top_p, block_size=args.block_size, tree_nodes=args.tree,
+                           seed=args.seed, settings=dict(checkpoint=args.out))
+    print(summary(recorded))
+    print(f"wrote {write_race_page(recorded, args.race)}: the race, replayed (open it in a browser)")
