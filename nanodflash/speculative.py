@@ -151,8 +151,9 @@ def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size
     out = [prefill(target, drafter, prompt, request.cache, request.dcache, request.sampling, generator)]
     while not finished(out, max_new_tokens, request.stops):
         left = max_new_tokens - len(out)
-        b = min(sizes.next(), left + 1)          # drafts may reach the last allowed token, as the official
-        step = speculative_step(request, out[-1], b, left)      # loop's (a bonus past it is dropped)
+        # drafts may reach the last allowed token, as the official loop's do (a bonus past it is dropped)
+        b = min(sizes.next(), left + 1)
+        step = speculative_step(request, out[-1], b, left)
         sizes.update(b - 1, step.accepted)
         stats.record(b, len(step.new), min(step.accepted, len(step.new)))
         out += step.new

@@ -12,7 +12,8 @@ as rows x tokens grow). They are measured once per machine, never while decoding
     fix_costs(drafter, table)                         # or put a table in its place (tests, notebooks)
 
 A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
-step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so once. The
+step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so, once per
+loaded drafter. The
 tables travel with the drafter they were measured for, in its `cost_book` (a CostBook): two run folders
 loaded in one process keep their own. So a
 decision never depends on the clock of the moment: the same seeded command on the same run folder drafts the
@@ -47,7 +48,7 @@ class CostBook:
     told: set = field(default_factory=set)
 
 
-def cost_book(drafter):
+def book_of(drafter):
     """The drafter's CostBook: a new, empty one (the default costs) the first time it is asked for."""
     if drafter.cost_book is None:
         drafter.cost_book = CostBook()
@@ -94,19 +95,19 @@ def fix_costs(drafter, costs, rows=1, sampled=None):
     for compiled in MODES:
         key = str(cost_key(drafter.target, compiled))
         for kind in (False, True) if sampled is None else (sampled,):
-            cost_book(drafter).fixed[key, rows, kind] = list(costs)
+            book_of(drafter).fixed[key, rows, kind] = list(costs)
 
 
 def use_table(drafter, entries):
     """The cost tables of the drafter's run folder (costs.json's entries, tools/calibrate.py), for
     `costs_for` to choose from by machine key."""
-    cost_book(drafter).entries = list(entries)
+    book_of(drafter).entries = list(entries)
 
 
 def table_for(drafter, key):
     """The costs.json entry measured for this machine key and block size, or None."""
     B = drafter.block_size
-    return next((e for e in cost_book(drafter).entries if e["key"] == key and e["block_size"] == B), None)
+    return next((e for e in book_of(drafter).entries if e["key"] == key and e["block_size"] == B), None)
 
 
 def costs_for(drafter, rows=1, sampled=False, compiled=False):
@@ -115,7 +116,7 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
     key's; sampled steps of several rows: the greedy table of those rows, when it has no sampled one), else
     DEFAULT_COSTS, saying once which key has no table."""
     key = cost_key(drafter.target, compiled)
-    fixed = cost_book(drafter).fixed.get((str(key), rows, bool(sampled)))
+    fixed = book_of(drafter).fixed.get((str(key), rows, bool(sampled)))
     if fixed is not None:
         return fixed
     # compiled without a compiled table: this machine's eager one (a compiled draft costs a little less)
@@ -125,8 +126,8 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
         table = tables.get(str(rows)) or entry["costs"]["greedy"].get(str(rows))
         if table is not None:
             return table
-    if str(key) not in cost_book(drafter).told:
-        cost_book(drafter).told.add(str(key))
+    if str(key) not in book_of(drafter).told:
+        book_of(drafter).told.add(str(key))
         print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
               "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
               f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)

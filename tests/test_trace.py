@@ -12,6 +12,7 @@ from nanodflash.exercises.models import small_drafters, small_target, tiny_dflas
 from nanodflash.repetition import repetition
 from nanodflash.sampled_tree import SampledDraws
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.tools.trace import TraceRecorder, replay
 from nanodflash.tools.trace_page import embedded_json, viewer_html, write_page
 from nanodflash.tools.watch import watched_generate
@@ -60,20 +61,30 @@ def cases():
             ("sampled tree", tree(small, 12, 6, True), sd["dflash"], dict(temperature=1.0))]
 
 
-@pytest.mark.parametrize("case", cases()[:4], ids=lambda c: c[0])
-def test_the_watched_loop_decodes_exactly_as_speculative_generate(case):
+def watched_cases():
+    """The path cases, and prompt lookup on text that repeats (a drafter whose context is a token list)."""
+    big = tiny_target()
+    lookup = ("prompt lookup", None, PromptLookupDrafter(big, 8), {})
+    return [c for c in cases()[:4]] + [lookup]
+
+
+@pytest.mark.parametrize("case", watched_cases(), ids=lambda c: c[0])
+def test_the_watched_loop_decodes_exactly_as_speculative_generate_with_or_without_a_callback(case):
     name, _, drafter, kw = case
     kw = {k: v for k, v in kw.items() if k != "rule"}
-    target, prompt, n = drafter.target, [1, 2], 40 if kw == {} else 12
+    target, n = drafter.target, 40 if kw == {} else 12
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2] if name == "prompt lookup" else [1, 2]
     for block_size in (None, 3, "auto"):
         want, want_stats = speculative_generate(target, drafter, prompt, n, block_size=block_size,
                                                 generator=torch.Generator().manual_seed(3), **kw)
-        got, stats = watched_generate(target, drafter, prompt, n, block_size=block_size,
-                                      generator=torch.Generator().manual_seed(3), **kw)
-        assert got == want, f"{name}, B={block_size}: the watched loop emitted other tokens"
-        assert stats.acceptance_lengths == want_stats.acceptance_lengths, \
-            f"{name}, B={block_size}: the watched loop took other steps"
-        assert stats.draft_time > 0 and stats.verify_time > 0, f"{name}: the watched loop timed nothing"
+        for on_step in (None, lambda record: None):
+            got, stats = watched_generate(target, drafter, prompt, n, block_size=block_size, on_step=on_step,
+                                          generator=torch.Generator().manual_seed(3), **kw)
+            assert got == want, f"{name}, B={block_size}: the watched loop emitted other tokens"
+            assert stats.acceptance_lengths == want_stats.acceptance_lengths, \
+                f"{name}, B={block_size}, callback {on_step is not None}: the watched loop took other steps"
+            assert stats.verify_time > 0, f"{name}: the watched loop timed nothing"
+    assert max(want_stats.acceptance_lengths) > 1, f"{name}: no draft was ever kept: the check saw nothing"
 
 
 @pytest.mark.parametrize("case", cases(), ids=lambda c: c[0])

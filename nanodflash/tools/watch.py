@@ -5,43 +5,46 @@ benchmark, the race and the trace page).
 
 `speculative.speculative_generate` is the loop with nothing around its step. This runs the same loop (the
 same request, block sizes and step function: the same tokens from the same seed) with the two models behind
-stopwatches: the drafter's `draft` and `extend` count as draft time, the target's verify forwards as verify
-time, the prefill as prefill time. The target's stopwatch also notes the generator's state before each
-verify forward (the draws the verifier makes next, which the trace page replays), and the drafter's notes
-its context before the step's extend. `on_step` gets each step's StepRecord with those filled in, while the
-drafter's context is as it was before the step's extend; the run goes on as if nobody had watched.
+stopwatches. Draft time: the drafter's `draft` and `extend`. Verify time: from the start of the target's
+verify forward to the step's extend, so the verification and the roll-back count too (and, on a GPU, the wait
+for the forward, which the verifier's first read of the logits does). Prefill time: the prefill. The drafter's
+stopwatch holds the step's extend back until the watcher has told `on_step` (the context is then as it was
+during the step's draft, as a trace needs it) and applies it right after; the target's notes the generator's
+state before its verify forward (the draws the verifier makes next, which the trace page replays). The run
+goes on as if nobody had watched.
 """
 
+import time
 from dataclasses import replace
 
 import torch
 
-from ..loop import StepRecord, TimedStats, finished, prefill, rng_state
+from ..loop import TimedStats, finished, prefill, rng_state
 from ..sampling import Sampling
 from ..speculative import block_policy, speculative_step, start_request
 
 
 class TimedTarget:
-    """The target, its forwards timed as verify time; with `capture`, the generator's state noted before
-    each."""
+    """The target, the start of each forward noted (`started`); with `capture`, the generator's state too."""
 
-    def __init__(self, target, stats, generator=None, capture=False):
-        self.target, self.stats = target, stats
-        self.generator, self.capture, self.rng = generator, capture, None
+    def __init__(self, target, generator=None, capture=False):
+        self.target, self.generator, self.capture = target, generator, capture
+        self.rng, self.started = None, None
 
     def __call__(self, *args, **kwargs):
         if self.capture:
             self.rng = rng_state(self.generator)
-        with self.stats.timer("verify_time"):
-            return self.target(*args, **kwargs)
+        self.started = time.perf_counter()
+        return self.target(*args, **kwargs)
 
 
 class TimedDrafter:
-    """The drafter, its drafting and its context's extension timed as draft time; its context noted
-    (`drafter.mark`) before each extension."""
+    """The drafter, its drafting timed as draft time; its `extend` held back (`apply` does it, timed as draft
+    time), and the time since the target's verify forward began added to verify time when the step asks for
+    it."""
 
-    def __init__(self, drafter, stats):
-        self.drafter, self.stats, self.before = drafter, stats, None
+    def __init__(self, drafter, stats, target):
+        self.drafter, self.stats, self.target, self.held = drafter, stats, target, None
         self.block_size, self.target_layer_ids = drafter.block_size, drafter.target_layer_ids
 
     def draft(self, cache, *args):
@@ -49,22 +52,14 @@ class TimedDrafter:
             return self.drafter.draft(cache, *args)
 
     def extend(self, cache, *args):
-        self.before = self.drafter.mark(cache)
+        self.stats.verify_time += time.perf_counter() - self.target.started    # forward, verify, roll back
+        self.held = (cache, args)
+
+    def apply(self):
+        """The held-back extend of the step's kept positions."""
+        cache, args = self.held
         with self.stats.timer("draft_time"):
-            return self.drafter.extend(cache, *args)
-
-
-def tell(on_step, step: StepRecord, watched, draft_s, verify_s):
-    """Hand `step` to on_step with the watcher's fields, the drafter's context put back as it was before the
-    step's extend for the call, and restored after it."""
-    drafter, dcache = watched.drafter.drafter, watched.dcache
-    after = drafter.mark(dcache)
-    drafter.rewind(dcache, watched.drafter.before)
-    try:
-        on_step(replace(step, draft_cache=dcache, draft_s=draft_s, verify_s=verify_s,
-                        rng_state=watched.target.rng))
-    finally:
-        drafter.rewind(dcache, after)
+            self.drafter.extend(cache, *args)
 
 
 @torch.no_grad()
@@ -80,8 +75,9 @@ def watched_generate(target, drafter, prompt_ids, max_new_tokens, block_size=Non
     stats = TimedStats(target_cache=request.cache, draft_cache=request.dcache)
     with stats.timer("prefill_time"):
         out = [prefill(target, drafter, prompt, request.cache, request.dcache, sampling, generator)]
-    watched = replace(request, target=TimedTarget(target, stats, generator, capture=on_step is not None),
-                      drafter=TimedDrafter(drafter, stats))
+    target_watch = TimedTarget(target, generator, capture=on_step is not None)
+    drafter_watch = TimedDrafter(drafter, stats, target_watch)
+    watched = replace(request, target=target_watch, drafter=drafter_watch)
     while not finished(out, max_new_tokens, request.stops):
         left = max_new_tokens - len(out)
         b = min(sizes.next(), left + 1)
@@ -90,6 +86,8 @@ def watched_generate(target, drafter, prompt_ids, max_new_tokens, block_size=Non
         sizes.update(b - 1, step.accepted)
         stats.record(b, len(step.new), min(step.accepted, len(step.new)))
         out += step.new
-        if on_step is not None:
-            tell(on_step, step, watched, stats.draft_time - d0, stats.verify_time - v0)
+        if on_step is not None:                       # the drafter's context: as during this step's draft
+            on_step(replace(step, draft_cache=request.dcache, draft_s=stats.draft_time - d0,
+                            verify_s=stats.verify_time - v0, rng_state=target_watch.rng))
+        drafter_watch.apply()
     return out, stats
