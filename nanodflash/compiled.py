@@ -31,6 +31,8 @@ import functools
 
 import torch
 
+from .drafter import ContextCache
+
 GRAPHS_PER_PASS = 64    # graphs torch may keep for the pass (it counts them for every drafter together)
 
 
@@ -65,13 +67,31 @@ def compiled_run_pass():
     return torch.compile(run_pass, fullgraph=True)
 
 
-def block_pass(drafter, x, cos, sin, cache):
-    """The drafter's layers over the embedded block x (1, b, D) at RoPE cos, sin (1, b, hd), attending to
-    the context in `cache` (a ContextCache made with compiled=True) -> final hidden states (1, b, D): what
-    `drafter.block_pass(x, cos, sin, cache.prefix(cache.length))` gives, to rounding."""
-    mask = context_mask(cache.length, cache.max_len, x.size(1), x.device)
-    with torch.compiler.config.patch(recompile_limit=GRAPHS_PER_PASS):
-        return compiled_run_pass()(drafter, x, cos, sin, cache.by_layer, mask)
+class CompiledCache(ContextCache):
+    """A drafter's context whose block passes run compiled, over its whole zeroed buffer with a mask."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.k.zero_()                            # a hidden key must hold a finite number (0 * NaN is NaN)
+        self.v.zero_()
+
+    def attend(self, drafter, x, cos, sin):
+        """The drafter's layers over the embedded block x (1, b, D) at RoPE cos, sin (1, b, hd), attending to
+        the whole buffer, the positions not verified yet masked -> final hidden states (1, b, D): what
+        ContextCache.attend gives, to rounding."""
+        mask = context_mask(self.length, self.max_len, x.size(1), x.device)
+        with torch.compiler.config.patch(recompile_limit=GRAPHS_PER_PASS):
+            return compiled_run_pass()(drafter, x, cos, sin, self.by_layer, mask)
+
+
+def new_cache(drafter, max_len):
+    """A CompiledCache for `drafter` (one whose `compiles` is True) and a request of `max_len` positions: a
+    buffer of one of a few lengths (buffer_length), so that requests of many lengths share a graph."""
+    if not drafter.compiles:
+        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
+    p = next(drafter.parameters())
+    length = buffer_length(max_len, drafter.target.config.max_seq_len) + drafter.block_size
+    return CompiledCache(drafter.config, 1, length, p.device, p.dtype)
 
 
 def graphs_compiled():

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from . import compiled as compiling
 from .distill import mix_soft
 from .drafter_loss import block_labels, weighted_cross_entropy
 from .drafter_rows import RaggedRows
@@ -80,13 +79,14 @@ class ContextCache(KVCache):
     (tools/baselines.py) writes its chain slots' K/V past `length` as scratch that the next write overwrites.
     """
 
-    def __init__(self, *args, compiled=False, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.pending = []                         # feature tensors (1, t, n_feat*D), oldest first
-        self.compiled = compiled                  # draft with compiled.py's pass, which reads every position
-        if compiled:
-            self.k.zero_()
-            self.v.zero_()
+
+    def attend(self, drafter, x, cos, sin):
+        """The drafter's block pass over this context, its `length` verified positions: x (1, b, D) at RoPE
+        cos, sin -> final hidden states (1, b, D). (compiled.CompiledCache attends to its whole buffer.)"""
+        return drafter.block_pass(x, cos, sin, self.prefix(self.length))
 
 
 class DrafterLayer(Block):
@@ -134,7 +134,7 @@ class DrafterConfig:
 
 class Drafter(DrafterInterface, nn.Module):
     kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
-    compiles = True                               # its drafts come from block_hidden, which compiled.py runs
+    compiles = True                               # its drafts attend through the cache: a CompiledCache's too
     config_class = DrafterConfig
 
     def __init__(self, config, target):
@@ -193,15 +193,10 @@ class Drafter(DrafterInterface, nn.Module):
 
     # ---------------- inference: a cache of projected context K/V ----------------
 
-    def new_cache(self, max_len, compiled=False):
-        """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block).
-        compiled=True: the block passes drafted from it run compiled (compiled.py), over a buffer of one of
-        a few lengths, so that requests of many lengths share a compiled graph."""
+    def new_cache(self, max_len):
+        """Context K/V for every drafter layer; `max_len` verified positions (+ room for one block)."""
         p = next(self.parameters())
-        if compiled:
-            max_len = compiling.buffer_length(max_len, self.target.config.max_seq_len)
-        return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype,
-                            compiled=compiled)
+        return ContextCache(self.config, 1, max_len + self.config.block_size, p.device, p.dtype)
 
     def extend(self, cache, features, tokens=None):
         """Append newly verified positions: features (1, t, n_feat*D) at positions cache.length... .
@@ -235,9 +230,7 @@ class Drafter(DrafterInterface, nn.Module):
         n = cache.length
         x = self.target.embed_tokens(block)                                       # (1, b, D)
         cos, sin = self.rope_at(torch.arange(n, n + block.size(1), device=x.device), x.dtype)
-        if cache.compiled:
-            return compiling.block_pass(self, x, cos, sin, cache)           # the same pass, whole buffer
-        return self.block_pass(x, cos, sin, cache.prefix(n))
+        return cache.attend(self, x, cos, sin)
 
     def block_logits(self, cache, block):
         """block (1, b) = [anchor, MASK, ...] at positions cache.length.. -> logits (1, b, V), in one pass."""

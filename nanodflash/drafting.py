@@ -8,8 +8,8 @@ selector scores its candidates after each predecessor; an autoregressive chain d
 
     block_size, target_layer_ids                B (the anchor and at most B-1 drafts a pass), and the target
                                                 layers whose outputs the decoders hand to `extend`
-    new_cache(max_len[, compiled])              its context for one sequence (compiled=True: a drafter whose
-                                                `compiles` is True, its passes compiled: compiled.py)
+    new_cache(max_len)                          its context for one sequence (compiled.new_cache: one whose
+                                                passes run compiled, for a drafter whose `compiles` is True)
     extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
     context_length(cache)                       the verified positions it holds
     mark(cache), rewind(cache, mark)            forget what a step added (timing steps: step_costs.py)
@@ -35,7 +35,7 @@ class DrafterInterface:
     slot_logits."""
 
     kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
-    compiles = False        # whether new_cache(max_len, compiled=True) drafts through compiled.py's pass
+    compiles = False        # whether its drafts run through the cache's `attend` (compiled.new_cache's)
     cost_book = None        # its step costs (step_costs.CostBook), made when first asked for
 
     @property

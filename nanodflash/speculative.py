@@ -20,6 +20,7 @@ from functools import partial
 
 import torch
 
+from . import compiled
 from .block_policy import block_sizes
 from .loop import SpecStats, StepRecord, check_request, finished, prefill, step_tokens
 from .sampling import DraftRule, Sampling, next_token
@@ -96,10 +97,8 @@ def start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifie
     block pass compiled (compiled.py)."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, sampling.temperature, sampling.top_k,
                                   sampling.top_p, stop_token_ids)
-    if compile and not drafter.compiles:
-        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
     n_max = prompt.size(1) + max_new_tokens
-    dcache = drafter.new_cache(n_max, compiled=True) if compile else drafter.new_cache(n_max)
+    dcache = compiled.new_cache(drafter, n_max) if compile else drafter.new_cache(n_max)
     return Request(target=target, drafter=drafter, cache=target.new_cache(1, n_max), dcache=dcache,
                    sampling=sampling, verifier=verifier, choose=draft_rule(verifier, sampling.temperature,
                    generator), generator=generator, stops=frozenset(stops)), prompt

@@ -43,7 +43,7 @@ def warmed(smoke):
 def context_cache(target, drafter, ids, compiled_pass):
     ids = torch.tensor([ids])
     _, feats = target(ids, layer_ids=drafter.config.target_layer_ids)
-    cache = drafter.new_cache(64, compiled=compiled_pass)
+    cache = compiled.new_cache(drafter, 64) if compiled_pass else drafter.new_cache(64)
     drafter.extend(cache, feats, ids)
     drafter.project_context(cache)
     return cache

@@ -26,6 +26,7 @@ import time
 
 import torch
 
+from .. import compiled as compiled_pass
 from ..batch import SpecBatch
 from ..batch_policy import COST_ROWS
 from ..checkpoint import load
@@ -90,7 +91,8 @@ def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False, compiled=
     device = next(target.parameters()).device
     n = min(CONTEXT, target.config.max_seq_len - B)
     context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
-    cache, dcache = target.new_cache(1, n + B), drafter.new_cache(n + B, compiled=compiled)
+    cache = target.new_cache(1, n + B)
+    dcache = compiled_pass.new_cache(drafter, n + B) if compiled else drafter.new_cache(n + B)
     _, feats = target(context, cache, layer_ids=ids)
     g = torch.Generator().manual_seed(0)
     rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
