@@ -56,6 +56,23 @@ WRONG = {
                 n += 1
             return n, int(best[max(n - 1, 0)])
         """, "row n_accepted - 1"),
+    "greedy_verify: a tie broken toward the highest id": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            V = target_logits.size(-1)
+            best = V - 1 - target_logits.flip(-1).argmax(-1)      # the last maximum, not the first
+            n = 0
+            while n < draft_tokens.numel() and draft_tokens[n] == best[n]:
+                n += 1
+            return n, int(best[n])
+        """, "a tie goes to the lower id"),
+    "match_verify: the last draft is never kept (a loop to n - 1)": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            y = sample(target_probs, generator)
+            n = 0
+            while n < draft_tokens.numel() - 1 and int(draft_tokens[n]) == int(y[n]):
+                n += 1
+            return n, int(y[n])
+        """, "keeps fewer drafts than it must"),
     "match_verify: keeps every draft": ("match_verify", """
         def match_verify(draft_tokens, target_probs, generator=None):
             n = draft_tokens.numel()

@@ -39,12 +39,14 @@ EXERCISES = [
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
              "argmax of the row right after them.",
              (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
+              cv.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
               cv.claim_greedy_speculative_equals_greedy_decoding)),
     Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
              "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cv.claim_match_keeps_every_draft_the_target_is_sure_of,
               cb.claim_match_step_emits_each_rows_distribution,
               cv.claim_match_decoding_has_exactly_the_targets_distribution)),
     Exercise("rejection_verify", "nanodflash.verify",

@@ -97,6 +97,19 @@ def claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token(stude
                          f"{n_acc}, {want_bonus}; yours is {bonus} ({case}).{hint}")
 
 
+def claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding(student):
+    """where two tokens tie for the target's top logit, takes the lower id, as plain greedy decoding does"""
+    logits = torch.zeros(3, 8, dtype=torch.float64)
+    logits[:, 2] = logits[:, 5] = 1.0                                       # ids 2 and 5 tie in every row
+    for drafts, want in ((torch.tensor([2, 2]), (2, 2)), (torch.tensor([5, 2]), (0, 2))):
+        got = two_ints(student.fn(drafts, logits), "greedy_verify")
+        if got != want:
+            raise Failed(f"with ids 2 and 5 tied for the top logit in every row and drafts "
+                         f"{drafts.tolist()}, yours gives {got}, plain greedy decoding's argmax {want}: a "
+                         "tie goes to the lower id (torch's argmax takes the first maximum), or the output "
+                         "is no longer plain greedy decoding's")
+
+
 def greedy_drafters(target, block_size, tree=False):
     """Drafters that are right on part of each block: an oracle right on a random prefix, a random DFlash
     drafter (rarely right) and, for trees, a DFlash 2 drafter with a selector that changes choices."""
@@ -152,7 +165,7 @@ def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule")
             raise Failed(f"{what} produced {list(impossible[0])} at {setting}, an output the target gives "
                          "probability 0 (a token outside top-k/top-p, or one the target never draws)")
         value = chi_square_p_value(counts, exact, n)
-        if value < ALPHA:
+        if not value >= ALPHA:                      # a NaN p-value fails too
             _, right, _ = batched_counts(target, drafter, verifier, temperature, top_k, top_p,
                                          block_size=block, n=n)
             mine, lib = sum(lengths) / len(lengths), sum(right) / len(right)
@@ -178,6 +191,19 @@ def claim_rejection_decoding_has_exactly_the_targets_distribution(student):
     """sampled decoding with rejection_verify has exactly the target's distribution (T=0.7; T=1 with top-k,
     top-p; blocks of 3 and 4)"""
     exactly_p(student, "rejection")
+
+
+def claim_match_keeps_every_draft_the_target_is_sure_of(student):
+    """keeps every draft, the last one too, when the target gives each probability 1"""
+    for n in range(1, 7):
+        drafts = torch.arange(n) % 5                                          # (n,) any tokens
+        p = torch.nn.functional.one_hot(torch.cat([drafts, torch.tensor([6])]), 8).double()   # (n+1, 8)
+        n_acc, bonus = two_ints(student.fn(drafts, p, torch.Generator().manual_seed(n)), "match_verify")
+        if (n_acc, bonus) != (n, 6):
+            raise Failed(f"the target is sure of each of {n} drafts (probability 1) and of token 6 after "
+                         f"them, yet yours gives ({n_acc}, {bonus}), not ({n}, 6): lossless, perhaps, but "
+                         "a rule that keeps fewer drafts than it must wastes the target's pass (check the "
+                         "loop's last draft)")
 
 
 def claim_rejection_accepts_every_draft_when_q_equals_p(student):
@@ -226,7 +252,7 @@ def claim_multi_draft_emits_exactly_p(student):
         p, q = far_apart(seed)
         for k in (1, 2, 4):
             value = one_position_p_value(rule_counts(student.fn, p, q, k), p)
-            if value < ALPHA:
+            if not value >= ALPHA:                      # a NaN p-value fails too
                 raise Failed(f"with {k} drafts the emitted tokens do not follow p: chi-square p = "
                              f"{value:.1e} over 4000 draws (a correct rule fails with probability 1e-4). "
                              "After each rejected draft the next one is tested against the residual the "
@@ -258,7 +284,7 @@ def trees_exactly_p(student, configs, draws=None, hint=""):
         with student.installed():
             counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws)
         value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
-        if value < ALPHA:
+        if not value >= ALPHA:                      # a NaN p-value fails too
             raise Failed(f"tree decoding with your function does not follow the target's distribution at "
                          f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
                          "rule fails with probability 1e-4)." + hint)
