@@ -172,6 +172,58 @@ WRONG = {
                 probs = probs / probs.sum(-1, keepdim=True)
             return probs
         """, "dropped the token that carries the mass across top_p"),
+    "probs_from_logits: exactly k tokens kept when another ties the k-th": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            logits = logits.double()
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.size(-1):
+                idx = torch.topk(logits, top_k, dim=-1).indices
+                keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, idx, True)
+                logits = logits.masked_fill(~keep, float("-inf"))
+            probs = torch.softmax(logits, -1)
+            if top_p is not None:
+                p, order = probs.sort(-1, descending=True)
+                keep = (p.cumsum(-1) - p) < top_p
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "ties the k-th largest stays in"),
+    "probs_from_logits: <= at the top-p boundary": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            logits = logits.double()
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            logits = logits / temperature
+            if top_k is not None and top_k < logits.size(-1):
+                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, -1)
+            if top_p is not None:
+                p, order = probs.sort(-1, descending=True)
+                keep = (p.cumsum(-1) - p) <= top_p
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "kept one token too many"),
+    "probs_from_logits: exp / sum in float32": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            z = logits / temperature
+            if top_k is not None and top_k < z.size(-1):
+                kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+                z = z.masked_fill(z < kth, float("-inf"))
+            e = torch.exp(z)
+            probs = (e / e.sum(-1, keepdim=True)).double()
+            if top_p is not None:
+                p, order = probs.sort(-1, descending=True)
+                keep = (p.cumsum(-1) - p) < top_p
+                probs = probs * keep.scatter(-1, order, keep)
+                probs = probs / probs.sum(-1, keepdim=True)
+            return probs
+        """, "overflows float32"),
     "training_mask: a block sees its own anchor's position as context": ("training_mask", """
         def training_mask(anchors, seq_len, block_size):
             N, K = anchors.shape

@@ -72,8 +72,9 @@ EXERCISES = [
              "T = 0: one-hot on the argmax. Else divide by T; keep the top_k largest logits (-inf "
              "elsewhere); softmax; keep the smallest set of most likely tokens whose mass reaches top_p; "
              "renormalise. Work along the last dimension, in float64.",
-             (cs.claim_probs_agree_with_a_plain_reference, cs.claim_probs_work_on_a_batch_of_rows,
-              cs.claim_sampled_decoding_stays_exact_with_it)),
+             (cs.claim_probs_agree_with_a_plain_reference,
+              cs.claim_probs_stay_finite_for_large_logits_at_a_low_temperature,
+              cs.claim_probs_work_on_a_batch_of_rows, cs.claim_sampled_decoding_stays_exact_with_it)),
     Exercise("training_mask", "nanodflash.drafter", "the drafter: 'Training: many anchors, one pass'", 20,
              "what each training block may see: context before its anchor, and its own slots",
              "build (N, K*B, S) 'context position j < the block's anchor' and (K*B, K*B) 'same block', "

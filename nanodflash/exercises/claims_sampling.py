@@ -27,6 +27,11 @@ CASES = [
     # row, then top-3, keeps 3; the nucleus alone 4
     ([2.0, 1.9, 1.8, 1.7, 1.6, 1.5], 1.0, 3, 0.65),
     ([2.0, 1.0, 0.0, -1.0], 1.0, 10, None),                  # top_k above the vocabulary: no truncation
+    ([2.0, 1.0, 1.0, 0.0], 1.0, 2, None),                    # a tie with the 2nd largest logit: both kept
+    # top_p exactly at a cumulative mass (0.5, 0.75 are exact in binary): the token that reaches it is kept,
+    # the next is not
+    ([math.log(0.5), math.log(0.25), math.log(0.25)], 1.0, None, 0.5),
+    ([math.log(0.5), math.log(0.25), math.log(0.25)], 1.0, None, 0.75),
 ]
 
 
@@ -88,6 +93,10 @@ def diagnose(logits, temperature, top_k, top_p, got):
         if close(got, top_p_before_top_k(logits, temperature, top_k, top_p)):
             return (" You applied top-p before top-k: keep the top_k largest first, renormalise, then take "
                     "the nucleus of what is left.")
+    n_want = sum(p > 1e-12 for p in reference_probs(logits, temperature, top_k, top_p))
+    if top_k is not None and top_p is None and sum(p > 1e-12 for p in got) == top_k < n_want:
+        return (" A logit that ties the k-th largest stays in: keep every logit >= the k-th (as the library "
+                "and Hugging Face's top-k do), not exactly k tokens.")
     if top_p is not None:
         n_got = sum(p > 1e-12 for p in got)
         n_want = sum(p > 1e-12 for p in reference_probs(logits, temperature, top_k, top_p))
@@ -115,6 +124,20 @@ def claim_probs_agree_with_a_plain_reference(student):
             setting = f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
             raise Failed(f"for logits {fmt(logits)} with {setting}: yours {fmt(got)}, expected {fmt(want)}."
                          + diagnose(logits, temperature, top_k, top_p, got))
+
+
+def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):
+    """float32 logits as large as a sure model's, at T=0.3: finite probabilities, the reference's"""
+    logits = [30.0, 28.0, 10.0, 0.0]
+    got = student.fn(torch.tensor(logits), 0.3, None, None)                  # float32, as the models give
+    if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
+        raise Failed(f"float32 logits {fmt(logits)} at T=0.3 gave {got}: exp(30 / 0.3) overflows float32 "
+                     "(inf / inf is NaN). Subtract the row's largest logit before exp (torch.softmax "
+                     "does), in float64.")
+    want = reference_probs(logits, 0.3, None, None)
+    if any(abs(a - b) > 1e-6 for a, b in zip(got.double().tolist(), want)):
+        raise Failed(f"float32 logits {fmt(logits)} at T=0.3: yours {fmt(got.tolist())}, expected "
+                     f"{fmt(want)}")
 
 
 def claim_probs_work_on_a_batch_of_rows(student):
