@@ -224,6 +224,12 @@ WRONG = {
                 probs = probs / probs.sum(-1, keepdim=True)
             return probs
         """, "overflows float32"),
+    "residual_distribution: p back whenever the residual mass is small": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp_min(0)
+            total = r.sum(-1, keepdim=True)
+            return torch.where(total > 0.1, r / total.clamp_min(1e-300), p)
+        """, "within 0.01 in total variation"),
     "training_mask: a block sees its own anchor's position as context": ("training_mask", """
         def training_mask(anchors, seq_len, block_size):
             N, K = anchors.shape

@@ -240,6 +240,12 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
         raise Failed("in a batch where only row 0 has p == q, that row has no residual mass (0 / 0) and must "
                      "give p back, finite, and the others their residuals: decide row by row, not once for "
                      "the batch")
+    near = p + 0.004 * (q - p)                 # within 0.01 in total variation: a well-trained drafter's q
+    r = student.fn(p, near)
+    if not torch.allclose(r, residual_distribution(p, near), atol=1e-9):
+        raise Failed("for p and q within 0.01 in total variation (a well-trained drafter's regime) it is not "
+                     "normalize(max(0, p - q)): the residual mass is small there, not zero; only p == q "
+                     "(no mass at all) may give p back")
     same = student.fn(p, p)
     if not torch.allclose(same, p, atol=1e-9):
         raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "
