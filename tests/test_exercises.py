@@ -585,6 +585,17 @@ WRONG = {
                     return i, int(sample(r, generator))
             return n, int(sample(target_probs[n], generator))
         """, "changed its argument target_probs in place"),
+    "greedy_walk: a final squeeze(0), which drops a batch of one": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
+            c = cand.cpu().reshape(-1, n, K).numpy()
+            rows, i, out = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
+            for t in range(n):
+                i = scores[rows, t, i].argmax(-1)
+                out.append(c[rows, t, i])
+            return torch.from_numpy(np.stack(out, -1)).reshape(*lead, n).squeeze(0)
+        """, "keep the leading dimension"),
     "greedy_walk: a numpy array instead of a LongTensor": ("greedy_walk", """
         def greedy_walk(cand, table):
             lead, (n, K) = cand.shape[:-2], cand.shape[-2:]

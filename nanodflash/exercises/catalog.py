@@ -119,7 +119,8 @@ EXERCISES = [
              "at once, the same walk for each row (a loop over the rows is fine).",
              (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
               ctree.claim_walk_takes_each_row_of_a_batch_on_its_own,
-              ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding),
+              ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
+              ctree.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding),
              "import numpy as np\nimport torch"),
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
              "q, and several drafts for one slot'", 30,

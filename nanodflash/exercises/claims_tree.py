@@ -2,6 +2,7 @@
 
 import torch
 
+from ..batch import speculative_generate_batch
 from ..dflash2 import CandidateSelector
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
@@ -209,3 +210,23 @@ def claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding(student):
                          f"acceptance lengths {mine.acceptance_lengths[:8]}... for "
                          f"{stats.acceptance_lengths[:8]}...")
 
+
+
+
+def claim_batched_dflash2_decoding_with_it_equals_greedy_decoding(student):
+    """the batched decoder (one row, and three) with it gives each row plain greedy decoding's tokens"""
+    target = tiny_target()
+    drafter = tiny_dflash2(target, block_size=8, perturb=0.5)
+    for prompts in (PROMPTS[:1], PROMPTS):
+        want, _ = speculative_generate_batch(target, drafter, prompts, 24, block_size=4)
+        try:
+            with student.installed():
+                got, _ = speculative_generate_batch(target, drafter, prompts, 24, block_size=4)
+        except (IndexError, RuntimeError, ValueError) as e:
+            raise Failed(f"the batched decoder failed with your walk on {len(prompts)} row(s): "
+                         f"{type(e).__name__}: {e}. It calls the walk with (R, n, K) and (R, n, K, K) and "
+                         "reads (R, n) back, for R = 1 too: keep the leading dimension (no squeeze)"
+                         ) from None
+        if got != want:
+            raise Failed(f"the batched decoder with your walk, {len(prompts)} row(s): not plain greedy "
+                         "decoding's tokens")
