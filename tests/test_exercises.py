@@ -35,6 +35,29 @@ def test_the_librarys_own_function_passes_every_claim_of_its_exercise(exercise):
 HEADER = "import numpy as np\nimport torch\n\nfrom nanodflash.sampling import probs_from_logits, sample\n" \
          "from nanodflash.verify import residual_distribution\n\n\n"
 
+def probs_answer(cast="logits.double()", top_k=None, softmax="torch.softmax(logits, -1)",
+                 keep="(p.cumsum(-1) - p) < top_p"):
+    """A probs_from_logits answer with the library's steps (temperature, top-k, softmax, the nucleus), one of
+    them written as a student might: `top_k` (lines), `cast`, `softmax` or `keep` (an expression)."""
+    top_k = top_k or ["kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]",
+                      'logits = logits.masked_fill(logits < kth, float("-inf"))']
+    lines = ["def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):",
+             f"    logits = {cast}",
+             "    if temperature == 0:",
+             "        return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()",
+             "    logits = logits / temperature",
+             "    if top_k is not None and top_k < logits.size(-1):",
+             *[f"        {line}" for line in top_k],
+             f"    probs = {softmax}",
+             "    if top_p is not None:",
+             "        p, order = probs.sort(-1, descending=True)",
+             f"        keep = {keep}",
+             "        probs = probs * keep.scatter(-1, order, keep)",
+             "        probs = probs / probs.sum(-1, keepdim=True)",
+             "    return probs"]
+    return "\n".join(lines) + "\n"
+
+
 # (exercise, a wrong answer, a phrase its failure message must contain)
 WRONG = {
     "greedy_verify: keeps every draft": ("greedy_verify", """
@@ -172,58 +195,15 @@ WRONG = {
                 probs = probs / probs.sum(-1, keepdim=True)
             return probs
         """, "dropped the token that carries the mass across top_p"),
-    "probs_from_logits: exactly k tokens kept when another ties the k-th": ("probs_from_logits", """
-        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
-            logits = logits.double()
-            if temperature == 0:
-                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.size(-1):
-                idx = torch.topk(logits, top_k, dim=-1).indices
-                keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, idx, True)
-                logits = logits.masked_fill(~keep, float("-inf"))
-            probs = torch.softmax(logits, -1)
-            if top_p is not None:
-                p, order = probs.sort(-1, descending=True)
-                keep = (p.cumsum(-1) - p) < top_p
-                probs = probs * keep.scatter(-1, order, keep)
-                probs = probs / probs.sum(-1, keepdim=True)
-            return probs
-        """, "ties the k-th largest stays in"),
-    "probs_from_logits: <= at the top-p boundary": ("probs_from_logits", """
-        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
-            logits = logits.double()
-            if temperature == 0:
-                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
-            logits = logits / temperature
-            if top_k is not None and top_k < logits.size(-1):
-                kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits, -1)
-            if top_p is not None:
-                p, order = probs.sort(-1, descending=True)
-                keep = (p.cumsum(-1) - p) <= top_p
-                probs = probs * keep.scatter(-1, order, keep)
-                probs = probs / probs.sum(-1, keepdim=True)
-            return probs
-        """, "kept one token too many"),
-    "probs_from_logits: exp / sum in float32": ("probs_from_logits", """
-        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
-            if temperature == 0:
-                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
-            z = logits / temperature
-            if top_k is not None and top_k < z.size(-1):
-                kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
-                z = z.masked_fill(z < kth, float("-inf"))
-            e = torch.exp(z)
-            probs = (e / e.sum(-1, keepdim=True)).double()
-            if top_p is not None:
-                p, order = probs.sort(-1, descending=True)
-                keep = (p.cumsum(-1) - p) < top_p
-                probs = probs * keep.scatter(-1, order, keep)
-                probs = probs / probs.sum(-1, keepdim=True)
-            return probs
-        """, "overflows float32"),
+    "probs_from_logits: exactly k tokens kept when another ties the k-th": ("probs_from_logits", probs_answer(
+        top_k=["idx = torch.topk(logits, top_k, dim=-1).indices",
+               "k_best = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, idx, True)",
+               'logits = logits.masked_fill(~k_best, float("-inf"))']), "ties the k-th largest stays in"),
+    "probs_from_logits: <= at the top-p boundary": ("probs_from_logits", probs_answer(
+        keep="(p.cumsum(-1) - p) <= top_p"), "kept one token too many"),
+    "probs_from_logits: exp / sum in float32": ("probs_from_logits", probs_answer(
+        cast="logits", softmax="(torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)).double()"),
+        "overflows float32"),
     "residual_distribution: p back whenever the residual mass is small": ("residual_distribution", """
         def residual_distribution(p, q):
             r = (p - q).clamp_min(0)
