@@ -25,12 +25,12 @@ from collections import Counter
 import torch
 
 from nanodflash.pipeline.summary import headline, recorded_headline
-from nanodflash.repetition import repetition
-from nanodflash.run_folder import DRAFTER, TOY_RUN, drafter_path, is_toy_run
 from nanodflash.speculative import generate
+from nanodflash.store.run_folder import DRAFTER, TOY_RUN, drafter_path, is_toy_run
 from nanodflash.tools.measure import greedy_difference, side_by_side
 from nanodflash.tools.origins import bars, origins, render, styled
 from nanodflash.tools.race import race_command
+from nanodflash.tools.repetition import repetition
 from nanodflash.tools.sample_cli import (
     PROMPT_LEN,
     compile_drafter,

@@ -25,17 +25,17 @@ from typing import NamedTuple
 
 import torch
 
-from nanodflash import checkpoint as ckpt
-from nanodflash import run_folder
-from nanodflash.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
+from nanodflash.ext.step_costs import cost_key, describe, use_table
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
 from nanodflash.pipeline.summary import Summary, record_headline
-from nanodflash.resume import data_hash
 from nanodflash.speculative import DECODE_THREADS
-from nanodflash.step_costs import cost_key, describe, use_table
-from nanodflash.tokenizer import load_tokenizer, special_ids, train_tokenizer
+from nanodflash.store import checkpoint as ckpt
+from nanodflash.store import run_folder
+from nanodflash.store.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
+from nanodflash.store.resume import data_hash
+from nanodflash.store.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
 from nanodflash.tools.calibrate import calibrate
 from nanodflash.train import train_target

@@ -31,8 +31,8 @@ import torch.nn as nn
 
 from .distill import mix_soft
 from .drafter_loss import block_labels, weighted_cross_entropy
-from .drafter_rows import RaggedRows
 from .drafting import DrafterInterface
+from .ext.drafter_rows import RaggedRows
 from .gpt import Block, KVCache
 from .layers import RMSNorm, RopeTable
 

@@ -20,11 +20,11 @@ from functools import partial
 
 import torch
 
-from . import compiled
-from .block_policy import block_sizes
+from .ext import compiled
+from .ext.block_policy import block_sizes
+from .ext.step_costs import costs_for
 from .loop import SpecStats, StepRecord, check_request, finished, prefill, step_tokens
 from .sampling import DraftRule, Sampling, next_token
-from .step_costs import costs_for
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")

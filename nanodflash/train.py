@@ -14,8 +14,8 @@ from dataclasses import asdict
 import torch
 import torch.nn.functional as F
 
-from .data import get_batch
-from .resume import Resume, data_hash
+from .store.data import get_batch
+from .store.resume import Resume, data_hash
 
 
 def lr_at(step, total_steps, peak_lr, warmup_frac=0.04, min_ratio=0.1):

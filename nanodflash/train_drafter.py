@@ -20,9 +20,9 @@ import torch
 
 from .distill import soft_targets
 from .drafter_loss import loss_decay_weights
-from .plain_batch import generate_batch
-from .resume import Resume, data_hash
+from .ext.plain_batch import generate_batch
 from .speculative import speculative_generate
+from .store.resume import Resume, data_hash
 from .train import Progress, lr_at, make_optimizer
 
 PARTS = ("dflash_loss", "selector_loss", "recall")    # extra numbers a drafter's loss() may report (DFlash 2)

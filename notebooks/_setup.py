@@ -16,7 +16,7 @@ A run trained on another corpus (train_tiny.py --data, recorded in its run.json)
 corpus: `code_prompt` then returns a validation prompt of it instead of the hand-written code.
 The example a notebook looks at closely (notebook 3's steps, notebook 6's block) is chosen by a rule, not
 by hand: `by_repetition` orders held-out prompts by how much their plain greedy continuation repeats itself
-(nanodflash/repetition.py), least first, so an example is not a loop the drafter predicts trivially.
+(nanodflash/tools/repetition.py), least first, so an example is not a loop the drafter predicts trivially.
 """
 
 import contextlib
@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 
 import nanodflash
-from nanodflash.checkpoint import read
-from nanodflash.run_folder import TOY_RUN, is_toy_run, run_corpus
-from nanodflash.data import DEFAULT_CORPUS, val_prompts
+from nanodflash.store.checkpoint import read
+from nanodflash.store.run_folder import TOY_RUN, is_toy_run, run_corpus
+from nanodflash.store.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.loop import prefill
-from nanodflash.repetition import pooled_repetition, repetition
+from nanodflash.tools.repetition import pooled_repetition, repetition
 from nanodflash.sampling import Sampling
 from nanodflash.speculative import DECODE_THREADS
 
@@ -78,7 +78,7 @@ def held_out_prompts(data, n, start=0):
 
 
 def repeated(outputs):
-    """'on text 66% repeated': the repetition (nanodflash/repetition.py) of the outputs (token id lists) a
+    """'on text 66% repeated': the repetition (nanodflash/tools/repetition.py) of the outputs (token id lists) a
     τ was measured on, to print beside it: a τ on looping text says little about text that does not loop."""
     return f"on text {100 * pooled_repetition(outputs):.0f}% repeated"
 

@@ -19,8 +19,8 @@ from transformers import Qwen3ForCausalLM
 # the repository: `python tests/...` finds nanodflash
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nanodflash  # noqa: E402
-from nanodflash import data  # noqa: E402
 from nanodflash.speculative import speculative_generate  # noqa: E402
+from nanodflash.store import data
 from nanodflash.tools import hf  # noqa: E402
 
 official._cuda_time = time.perf_counter          # its timer calls torch.cuda.synchronize(); we run on the CPU

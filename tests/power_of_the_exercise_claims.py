@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))        # `python te
 from nanodflash.exercises import claims_block as cb  # noqa: E402
 from nanodflash.exercises.claims_tree import hand_made_tree  # noqa: E402
 from nanodflash.exercises.oracle import ALPHA, one_position_p_value  # noqa: E402
+from nanodflash.ext.tree import accept_path  # noqa: E402
 from nanodflash.sampling import probs_from_logits  # noqa: E402
-from nanodflash.tree import accept_path  # noqa: E402
 from nanodflash.verify import (  # noqa: E402
     match_verify,
     multi_draft_verify,

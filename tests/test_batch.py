@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from helpers import greedy_continuation, soft_pair, tiny_drafter
-from nanodflash.batch import SpecBatch, generate_batch, speculative_generate_batch
-from nanodflash.batch_policy import COST_ROWS, BatchBlockSize
-from nanodflash.block_policy import linear_costs
+from nanodflash.ext.batch import SpecBatch, generate_batch, speculative_generate_batch
+from nanodflash.ext.batch_policy import COST_ROWS, BatchBlockSize
+from nanodflash.ext.block_policy import linear_costs
+from nanodflash.ext.step_costs import fix_costs
 from nanodflash.sampling import DraftRule, sample
 from nanodflash.speculative import generate
-from nanodflash.step_costs import fix_costs
 from test_dflash2 import tiny_dflash2
 from test_sampling_exact import chi_square_p_value, exact_distribution
 
@@ -317,7 +317,7 @@ def test_the_batch_rule_chooses_what_every_row_counted_at_every_step_would_choos
     """BatchBlockSize reads one row per step without drafts and relaxes rows only when read; the block sizes
     must be those of the rule written out: every row's AdaptiveBlockSize updated at every step, and
     best_block of the least E_r(n) over all rows. Random steps, rows leaving, retries after plain steps."""
-    from nanodflash.block_policy import AdaptiveBlockSize, best_block
+    from nanodflash.ext.block_policy import AdaptiveBlockSize, best_block
     tables = {R: linear_costs(16, step_cost=1.1, slot_cost=0.01 * R) for R in COST_ROWS}
     sizer, rows = BatchBlockSize(16, tables.get), list(range(12))
     eager = {r: AdaptiveBlockSize(16, costs=None) for r in rows}
@@ -341,8 +341,8 @@ def test_the_batch_rule_chooses_what_every_row_counted_at_every_step_would_choos
 def test_a_batch_starts_from_the_expected_least_of_its_rows_priors():
     """Before any evidence, the row that accepts least is the least of R draws from the prior (a Beta of the
     prior's mean and weight): checked against the mean minimum of sampled draws; one row keeps the prior."""
-    from nanodflash.batch_policy import least_of
-    from nanodflash.block_policy import PRIOR_WEIGHT
+    from nanodflash.ext.batch_policy import least_of
+    from nanodflash.ext.block_policy import PRIOR_WEIGHT
     for alpha in (0.75, 0.5):
         beta = torch.distributions.Beta(alpha * PRIOR_WEIGHT, (1 - alpha) * PRIOR_WEIGHT)
         assert least_of(1, alpha) == alpha, "one row must start from the prior itself (batch 1's rule)"

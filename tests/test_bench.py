@@ -10,10 +10,11 @@ import torch
 
 import nanodflash
 from helpers import tiny_drafter, tiny_target
-from nanodflash.data import val_prompts
 from nanodflash.drafter import Drafter
-from nanodflash.sampled_tree import SampledDraws
+from nanodflash.ext.sampled_tree import SampledDraws
+from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.store.data import val_prompts
 from nanodflash.tools import (
     bench,
     bench_batch,
@@ -25,7 +26,6 @@ from nanodflash.tools import (
     measure,
 )
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
-from nanodflash.tree import tree_speculative_generate
 
 N_PROMPTS, NEW_TOKENS = 2, 20
 

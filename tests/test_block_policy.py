@@ -11,11 +11,11 @@ that really changed during the runs.
 import pytest
 import torch
 
-import nanodflash.block_policy as block_policy
+import nanodflash.ext.block_policy as block_policy
 from helpers import OracleDrafter, soft_pair, tiny_drafter
-from nanodflash.block_policy import AdaptiveBlockSize, linear_costs
+from nanodflash.ext.block_policy import AdaptiveBlockSize, linear_costs
+from nanodflash.ext.step_costs import fix_costs
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.step_costs import fix_costs
 from test_sampling_exact import (
     ALPHA,
     N_OTHER_PATHS,
@@ -42,7 +42,7 @@ def test_expected_tokens_per_step_matches_a_simulation_of_the_acceptance_model(a
 def test_a_sampled_run_assumes_fewer_kept_drafts_before_its_first_step():
     # at 0.75 per slot 3 drafts pay (E 2.73 for a cost of 2.2); at 0.5 no n does (1.5 / 1.6, 1.75 / 1.9,
     # 1.875 / 2.2): a sampled run, batched or not, starts with plain steps on this table
-    from nanodflash.batch_policy import BatchBlockSize
+    from nanodflash.ext.batch_policy import BatchBlockSize
     costs = [1.0, 1.6, 1.9, 2.2]
     assert block_policy.block_sizes("auto", 4, lambda: costs).next() == 4, "greedy: the prior 0.75 drafts 3"
     assert block_policy.block_sizes("auto", 4, lambda: costs, sampled=True).next() == 1, \

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import nanodflash
-from nanodflash import compiled
 from nanodflash.exercises.models import small_target, tiny_dflash2
 from nanodflash.exercises.oracle import ALPHA, N_SAMPLES, PROMPT, H, chi_square_p_value, exact_distribution
-from nanodflash.run_folder import read_costs
+from nanodflash.ext import compiled
+from nanodflash.ext.step_costs import cost_key, costs_for, use_table
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.step_costs import cost_key, costs_for, use_table
+from nanodflash.store.run_folder import read_costs
 from nanodflash.tools.baselines import NoFeatureDrafter
 from nanodflash.tools.calibrate import calibrate
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter

@@ -11,7 +11,7 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 from helpers import tiny_drafter, tiny_target  # noqa: E402
-from nanodflash.batch import generate_batch, speculative_generate_batch  # noqa: E402
+from nanodflash.ext.batch import generate_batch, speculative_generate_batch  # noqa: E402
 from nanodflash.speculative import generate, speculative_generate  # noqa: E402
 from test_batch import PROMPTS, SAMPLE_PROMPTS, H, N, V, assert_target_distribution  # noqa: E402
 from test_dflash2 import tiny_dflash2  # noqa: E402

@@ -2,7 +2,7 @@
 
 import torch
 
-from nanodflash.data import (
+from nanodflash.store.data import (
     STDLIB_CHARS,
     load_corpus,
     split_train_val,
@@ -10,7 +10,7 @@ from nanodflash.data import (
     third_party_prompts,
     val_prompts,
 )
-from nanodflash.tokenizer import train_tokenizer
+from nanodflash.store.tokenizer import train_tokenizer
 
 
 def test_default_corpus_is_the_standard_library_source_and_is_deterministic():

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from helpers import MASK_ID, ROOT, tiny_target
-from nanodflash.batch import speculative_generate_batch
 from nanodflash.drafter import DrafterConfig
 from nanodflash.drafting import TokenContext
 from nanodflash.exercises.models import small_target
@@ -26,11 +25,12 @@ from nanodflash.exercises.oracle import (
     chi_square_p_value,
     exact_distribution,
 )
-from nanodflash.sampled_tree import SampledDraws
+from nanodflash.ext.batch import speculative_generate_batch
+from nanodflash.ext.sampled_tree import SampledDraws
+from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.sampling import draft_temperature
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.baselines import ARDrafter
-from nanodflash.tree import tree_speculative_generate
 
 
 class BigramDrafter(TokenContext):
@@ -162,8 +162,8 @@ def test_a_bigram_drafter_samples_exactly_the_targets_distribution(small_pair, d
 
 # ----------------------------------------------------------------------------- decoders ask, never test
 
-ASKING_FILES = ["speculative.py", "tree.py", "sampled_tree.py", "batch.py", "step_costs.py", "tools/trace.py",
-                "tools/lost_tau.py", "tools/draft_costs.py",
+ASKING_FILES = ["speculative.py", "ext/tree.py", "ext/sampled_tree.py", "ext/batch.py", "ext/step_costs.py",
+                "tools/trace.py",                "tools/lost_tau.py", "tools/draft_costs.py",
                 "../notebooks/_setup.py"]
 
 

@@ -9,8 +9,8 @@ import torch
 import nanodflash
 import train_tiny
 from helpers import run_command, smoke_run_in_training, tiny_drafter
-from nanodflash import checkpoint
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.store import checkpoint
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -74,8 +74,8 @@ def test_drafter_trained_against_another_target_is_refused(smoke_out, tmp_path):
 def test_tokenizer_not_matching_the_model_is_refused(smoke_out, tmp_path):
     mixed = tmp_path / "vocab"
     shutil.copytree(smoke_out, mixed)
-    from nanodflash.data import load_corpus
-    from nanodflash.tokenizer import train_tokenizer
+    from nanodflash.store.data import load_corpus
+    from nanodflash.store.tokenizer import train_tokenizer
     train_tokenizer(load_corpus()[:20000], vocab_size=280, path=str(mixed / "tokenizer.bpe"))
     with pytest.raises(ValueError, match="tokenizer .* has 280 tokens but the target expects"):
         nanodflash.load(str(mixed))

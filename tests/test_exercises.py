@@ -641,7 +641,7 @@ def test_list_start_and_check_work_from_any_folder(tmp_path):
     assert first.returncode == 1 and first.stdout.count("FAIL  ") == 1 and "PASS" not in first.stdout \
         and f"({n_claims - 1} not run)" in first.stdout, \
         f"--first should stop at the first failure:\n{first.stdout}"
-    (tmp_path / "right.py").write_text("from nanodflash.tree import tree_mask\n")
+    (tmp_path / "right.py").write_text("from nanodflash.ext.tree import tree_mask\n")
     right = run_command("-m", "nanodflash.exercises", "check", "tree_mask", "right.py", cwd=tmp_path)
     assert right.returncode == 0 and "FAIL" not in right.stdout and "hint" not in right.stdout, right.stdout
 
@@ -697,7 +697,7 @@ def test_a_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_the_swap_reaches_every_module_that_imported_the_function_and_is_undone_after():
-    import nanodflash.batch as batch
+    import nanodflash.ext.batch as batch
     import nanodflash.speculative as speculative
     import nanodflash.verify as verify
     from nanodflash.exercises.swap import swapped

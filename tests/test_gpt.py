@@ -3,10 +3,10 @@
 import torch
 
 from helpers import tiny_target
-from nanodflash.data import load_corpus, split_train_val
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.layers import AttentionProjections, RopeTable, apply_rope, rope_cos_sin
 from nanodflash.speculative import generate
+from nanodflash.store.data import load_corpus, split_train_val
 from nanodflash.train import estimate_loss, train_target
 
 
@@ -67,7 +67,7 @@ def test_grouped_query_attention_runs_and_caches_fewer_heads():
 
 
 def test_smoke_training_lowers_the_loss():
-    from nanodflash.tokenizer import train_tokenizer
+    from nanodflash.store.tokenizer import train_tokenizer
     text = load_corpus()[:40000]
     enc = train_tokenizer(text, vocab_size=300)
     tr, va = split_train_val(torch.tensor(enc.encode_ordinary(text)), chunk_len=256)

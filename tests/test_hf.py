@@ -19,12 +19,12 @@ import torch
 
 import nanodflash
 from helpers import shared
-from nanodflash import checkpoint, run_folder
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
 from nanodflash.drafter import Drafter, DrafterConfig
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
+from nanodflash.store import checkpoint, run_folder
+from nanodflash.store.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
 from nanodflash.tools import hf
 from nanodflash.tools.baselines import ARDrafter
 from nanodflash.train_drafter import DraftTraining, train_drafter

@@ -43,7 +43,7 @@ def fake_archives(folder):
 
 def test_a_citation_that_does_not_exist_is_reported_missing(tmp_path):
     fake_archives(tmp_path)
-    good = ("`nanodflash/verify.py:rejection_verify` `nanodflash/tree.py:Tree.__init__` "
+    good = ("`nanodflash/verify.py:rejection_verify` `nanodflash/ext/tree.py:Tree.__init__` "
             "`wheely==1.0:wheely/mod.py:A.f` `tarry==2.0:tarry/mod.py:A`")
     lines = []
     assert check(good, str(tmp_path), log=lines.append) == 0, "\n".join(lines)

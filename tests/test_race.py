@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import browser, run_command, visible
-from nanodflash.block_policy import expected_tokens, linear_costs
+from nanodflash.ext.block_policy import expected_tokens, linear_costs
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.race import record_race
 from nanodflash.tools.race_page import note

@@ -16,9 +16,9 @@ import torch
 import nanodflash
 import train_tiny
 from helpers import ROOT, tiny_drafter, tiny_target
-from nanodflash.data import check_enough, load_corpus
-from nanodflash.run_folder import run_corpus
 from nanodflash.speculative import speculative_generate
+from nanodflash.store.data import check_enough, load_corpus
+from nanodflash.store.run_folder import run_corpus
 from nanodflash.tools.cli import check_device
 
 # the messages that tell a user what is wrong with a run folder: the table must quote each of them

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from helpers import ROOT
-from nanodflash.repetition import least_repetitive, repeats, repetition
+from nanodflash.tools.repetition import least_repetitive, repeats, repetition
 
 
 def by_the_definition(c):
@@ -38,7 +38,7 @@ def continuations(target, prompts, n=40):
 def test_sample_py_default_prompt_is_the_least_repetitive_of_its_candidates(smoke_out):
     import sample
     from nanodflash import load
-    from nanodflash.data import val_prompts
+    from nanodflash.store.data import val_prompts
 
     tok, target, _ = load(smoke_out)
     candidates = val_prompts(tok, 6, sample.PROMPT_LEN, 3, None)

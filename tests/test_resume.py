@@ -15,7 +15,7 @@ import torch
 
 import train_tiny
 from helpers import smoke_run_in_training
-from nanodflash import resume
+from nanodflash.store import resume
 
 
 class Killed(Exception):
@@ -193,7 +193,7 @@ def test_a_sigterm_from_another_process_finishes_the_step_saves_and_exits_130_wi
 
 
 def test_an_interrupted_baseline_resumes_with_the_same_final_weights(smoke_out, tmp_path, monkeypatch):
-    from nanodflash import checkpoint as ckpt
+    from nanodflash.store import checkpoint as ckpt
     from nanodflash.tools import baselines
     target, _ = ckpt.load_target(str(smoke_out / "target.pt"))
     drafter, ck = ckpt.load_drafter(str(smoke_out / "drafter.pt"), target)

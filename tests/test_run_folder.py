@@ -15,7 +15,7 @@ import sample
 import train_tiny
 from helpers import ROOT
 from helpers import run_command as run  # `python ARGS...` (a script, or -m module), from cwd
-from nanodflash import run_folder
+from nanodflash.store import run_folder
 from nanodflash.tools import bench, hf, measure
 
 WORDS = ["zorblat", "quixle", "mervon", "plaskit", "drunel", "fovvy", "skrim", "talbor"]

@@ -9,7 +9,7 @@ import torch
 
 import sample
 from helpers import run_command
-from nanodflash.tokenizer import load_tokenizer
+from nanodflash.store.tokenizer import load_tokenizer
 
 
 def run_sample(*args):

@@ -4,11 +4,11 @@ enumeration, with wrong rules that must fail the same test; the tree's shape and
 import pytest
 import torch
 
-import nanodflash.sampled_tree as sampled_mod
+import nanodflash.ext.sampled_tree as sampled_mod
 from nanodflash.exercises.oracle import far_apart, one_position_p_value, rule_counts, tree_counts
-from nanodflash.sampled_tree import SampledDraws, sample_tree
+from nanodflash.ext.sampled_tree import SampledDraws, sample_tree
+from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.sampling import sample
-from nanodflash.tree import tree_speculative_generate
 from nanodflash.verify import multi_draft_verify, residual_distribution
 from test_sampling_exact import ALPHA, N_OTHER_PATHS, PROMPT, H, chi_square_p_value, exact_distribution
 

@@ -9,7 +9,7 @@ Check: |accepted - expected| <= 5 standard deviations of the count (a correct ru
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.batch import speculative_generate_batch
+from nanodflash.ext.batch import speculative_generate_batch
 from nanodflash.sampling import sample
 from nanodflash.verify import rejection_verify
 

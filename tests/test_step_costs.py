@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from helpers import ROOT, tiny_drafter
-from nanodflash.batch import batch_costs
-from nanodflash.block_policy import linear_costs
-from nanodflash.run_folder import COSTS, read_costs, write_costs
+from nanodflash.ext.batch import batch_costs
+from nanodflash.ext.block_policy import linear_costs
+from nanodflash.ext.step_costs import cost_key, costs_for, default_costs, fix_costs
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.step_costs import cost_key, costs_for, default_costs, fix_costs
+from nanodflash.store.run_folder import COSTS, read_costs, write_costs
 from nanodflash.tools.calibrate import calibrate, relative_costs
 
 PROMPT = [3, 14, 15, 9, 26, 5]

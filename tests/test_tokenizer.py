@@ -3,8 +3,8 @@
 import pytest
 import tiktoken
 
-from nanodflash.data import load_corpus
-from nanodflash.tokenizer import ENDOFTEXT, MASK, load_tokenizer, special_ids, train_tokenizer
+from nanodflash.store.data import load_corpus
+from nanodflash.store.tokenizer import ENDOFTEXT, MASK, load_tokenizer, special_ids, train_tokenizer
 
 HOSTILE = [
     "",

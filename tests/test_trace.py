@@ -9,14 +9,14 @@ import torch
 
 from helpers import run_command
 from nanodflash.exercises.models import small_drafters, small_target, tiny_dflash2, tiny_drafter, tiny_target
-from nanodflash.repetition import repetition
-from nanodflash.sampled_tree import SampledDraws
+from nanodflash.ext.sampled_tree import SampledDraws
+from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
+from nanodflash.tools.repetition import repetition
 from nanodflash.tools.trace import TraceRecorder, replay
 from nanodflash.tools.trace_page import embedded_json, viewer_html, write_page
 from nanodflash.tools.watch import watched_generate
-from nanodflash.tree import tree_speculative_generate
 
 PROMPT = [7, 1, 4, 1, 5, 9, 2, 6]
 

@@ -57,9 +57,9 @@ def test_short_drafter_training_lowers_the_loss_and_beats_an_untrained_drafter()
 
 def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_greedy(smoke_out):
     import nanodflash
-    from nanodflash.checkpoint import read
     from nanodflash.pipeline import recipe
     from nanodflash.speculative import generate
+    from nanodflash.store.checkpoint import read
     _, target, _ = nanodflash.load(str(smoke_out))
     data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
     mix = (recipe.GEN_TEMPERATURE, recipe.GEN_GREEDY_FRAC)
@@ -77,8 +77,8 @@ def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_gree
 def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_speed_side_by_side(smoke_out,
                                                                                                     capsys):
     import nanodflash
-    from nanodflash.checkpoint import read
     from nanodflash.pipeline.summary import Summary
+    from nanodflash.store.checkpoint import read
     _, target, drafter = nanodflash.load(str(smoke_out))
     data = read(str(smoke_out / "data.pt"), "generated data")
     prompts = [s[:8] for s in data["val"][:3].tolist()]
@@ -103,9 +103,9 @@ def test_the_summary_reports_greedy_speed_and_with_a_sampling_drafter_sampled_sp
 
 def test_the_sampling_drafter_is_the_drafter_fine_tuned_on_sampled_continuations(smoke_out):
     import nanodflash
-    from nanodflash.checkpoint import read
     from nanodflash.pipeline import recipe
     from nanodflash.speculative import generate
+    from nanodflash.store.checkpoint import read
     _, target, drafter = nanodflash.load(str(smoke_out))
     _, _, sampler = nanodflash.load(str(smoke_out), sampling=True)
     assert (smoke_out / "drafter_sampling.pt").exists(), \
@@ -188,8 +188,8 @@ def test_full_sets_the_longer_recipe_and_its_own_folder_but_explicit_flags_win()
 
 
 def test_the_drafter_stage_evaluates_draft_evals_times_evenly_and_last_at_its_final_step(smoke_out):
-    from nanodflash.checkpoint import read
     from nanodflash.pipeline import recipe
+    from nanodflash.store.checkpoint import read
     steps, n = recipe.SMOKE["draft_steps"], recipe.DRAFT_EVALS
     evals = read(str(smoke_out / "drafter.pt"), "drafter")["history"]["eval"]
     assert [e["step"] for e in evals] == [steps * (i + 1) // n for i in range(n)], \

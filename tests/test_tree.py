@@ -5,13 +5,11 @@ single path as a special case, lossless greedy and sampled decoding, and clear e
 import pytest
 import torch
 
-import nanodflash.tree as tree_mod
+import nanodflash.ext.tree as tree_mod
 from helpers import tiny_drafter
 from nanodflash.exercises.models import OracleTreeDrafter, random_prefix, tiny_dflash2
 from nanodflash.exercises.oracle import ancestors, random_tree, tree_counts
-from nanodflash.sampling import probs_from_logits, sample
-from nanodflash.speculative import generate, speculative_generate
-from nanodflash.tree import (
+from nanodflash.ext.tree import (
     accept_path,
     draft_tree,
     keep_path,
@@ -19,6 +17,8 @@ from nanodflash.tree import (
     tree_speculative_generate,
     verify_tree,
 )
+from nanodflash.sampling import probs_from_logits, sample
+from nanodflash.speculative import generate, speculative_generate
 from test_sampling_exact import ALPHA, N_OTHER_PATHS, chi_square_p_value, exact_distribution
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]
@@ -112,7 +112,7 @@ def smoke(smoke_out):
     """The smoke run's trained DFlash 2 drafter (B=8) and its target, and held-out prompts:
     real acceptance."""
     import nanodflash
-    from nanodflash.data import val_prompts
+    from nanodflash.store.data import val_prompts
     tok, target, drafter = nanodflash.load(str(smoke_out))
     return target, drafter, val_prompts(tok, 3, 16, 0)
 

@@ -87,13 +87,14 @@ EXERCISES = [
              "w_k = exp(-(k-1)/gamma) for k = 1..B-1 and 0 for slot 0; gamma None: 7 for B=16, 5 for 10, 4 "
              "for 8, else max(1, B/2).",
              (ct.claim_decay_weights_follow_the_papers_formula,)),
-    Exercise("tree_mask", "nanodflash.tree", "trees: '2. The tree mask'", 10,
+    Exercise("tree_mask", "nanodflash.ext.tree", "trees: '2. The tree mask'", 10,
              "which tree nodes each node may attend to in the verify pass",
              "parent[i] is node i's parent (-1 for the root; parents come before their children); node i "
              "sees itself and everything its parent sees.",
              (ctree.claim_tree_mask_lets_each_node_see_exactly_its_ancestors,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
-    Exercise("accept_path", "nanodflash.tree", "trees: '3. Verify in one pass, and the path the target took'",
+    Exercise("accept_path", "nanodflash.ext.tree",
+             "trees: '3. Verify in one pass, and the path the target took'",
              25, "walk down the tree while the target's token is a child",
              "at each node take y = the target's token (argmax, or a draw from probs_from_logits at the "
              "temperature); go to the child whose token is y (tree.children[node]); stop when there is none "
@@ -104,7 +105,7 @@ EXERCISES = [
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
               ctree.claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import probs_from_logits, sample"),
-    Exercise("keep_path", "nanodflash.tree",
+    Exercise("keep_path", "nanodflash.ext.tree",
              "trees: '3. Verify in one pass, and the path the target took'", 15,
              "after a tree pass, move the kept nodes' keys/values into place and drop the rest",
              "node i of the tree sits at position start + i; copy the keys and values of the path's nodes to "

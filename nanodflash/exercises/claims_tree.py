@@ -2,11 +2,11 @@
 
 import torch
 
-from ..batch import speculative_generate_batch
 from ..dflash2 import CandidateSelector
+from ..ext.batch import speculative_generate_batch
+from ..ext.tree import Tree, tree_speculative_generate, verify_tree
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
-from ..tree import Tree, tree_speculative_generate, verify_tree
 from .check import Failed
 from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
 from .models import tiny_dflash2, tiny_target

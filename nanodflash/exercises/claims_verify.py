@@ -8,7 +8,7 @@ import itertools
 
 import torch
 
-from ..sampled_tree import SampledDraws
+from ..ext.sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..verify import greedy_verify, residual_distribution
 from .check import Failed

@@ -47,7 +47,7 @@ CONTRACTS = {
     Returns a bool tensor (N + 1, N + 1) for the verify pass: row i says which nodes node i may attend to.
     One target pass then scores every node as if its own branch had been decoded alone.""",
     "accept_path": """
-    Arguments: tree (a nanodflash.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
+    Arguments: tree (a nanodflash.ext.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
     target's scores at every node; temperature, top_k, top_p and generator as in sampling. Returns (the
     list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
     equals plain greedy decoding; sampled, it follows the target's distribution.""",

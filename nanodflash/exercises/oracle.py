@@ -15,10 +15,10 @@ import itertools
 
 import torch
 
-from ..batch import speculative_generate_batch
+from ..ext.batch import speculative_generate_batch
+from ..ext.tree import Tree, tree_speculative_generate
 from ..sampling import probs_from_logits, sample
 from ..speculative import speculative_generate
-from ..tree import Tree, tree_speculative_generate
 
 PROMPT = [1, 2]         # the enumerated runs' prompt
 H = 4                   # their new tokens: V^H outputs, 256 for the 4-token vocabulary

@@ -10,7 +10,7 @@ command line wins over its default and over a preset.
 
 from dataclasses import dataclass
 
-from ..checkpoint import DRAFTER_KINDS
+from ..store.checkpoint import DRAFTER_KINDS
 from ..tools.cli import MAX_COUNT, MAX_SEED, floats, ints
 
 

@@ -8,7 +8,7 @@ one rule for reusing it (the record must match, else one line naming each differ
 import hashlib
 import os
 
-from ..resume import differences
+from ..store.resume import differences
 
 # The flags each stage's checkpoint depends on: its record holds them and hashes of what it was built on,
 # and a rerun reuses the stage only when they all match (--device and the summary's flags change no

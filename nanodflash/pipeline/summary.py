@@ -11,10 +11,10 @@ this process) and every greedy speculative output is checked against plain greed
 import os
 from dataclasses import dataclass, field
 
-from .. import run_folder
-from ..repetition import pooled_repetition
+from ..store import run_folder
 from ..tools.bench_methods import SAMPLED
 from ..tools.measure import format_bands, side_by_side, tau_by_band
+from ..tools.repetition import pooled_repetition
 from ..train_drafter import slot_accuracy
 from .record import file_hash
 

@@ -4,9 +4,10 @@
                  methods run interleaved into rows (bench_run.py), the rows (bench_methods.py), the
                  printed table (bench_table.py), step costs timed in isolation
                  (draft_costs.py), where τ is lost (lost_tau.py), measuring helpers (measure.py) and
-                 progress lines on stderr for long runs (progress.py)
+                 progress lines on stderr for long runs (progress.py); repetition.py: how much of a
+                 text repeats itself, printed beside every τ
     step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
-                 run folder's costs.json, the table block_size="auto" decides by (step_costs.py);
+                 run folder's costs.json, the table block_size="auto" decides by (ext/step_costs.py);
                  cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
                  fitted here and checked on held-out points, priced on GPUs from datasheets
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;

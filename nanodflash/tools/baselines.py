@@ -50,11 +50,11 @@ from dataclasses import fields
 
 import torch
 
-from .. import checkpoint as ckpt
-from .. import run_folder
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
 from ..drafting import RowByRow
+from ..store import checkpoint as ckpt
+from ..store import run_folder
 from ..train_drafter import DraftTraining, slot_accuracy, train_drafter
 from .baseline_report import report
 from .cli import MAX_COUNT, check_device, ints

@@ -40,10 +40,10 @@ import time
 
 import torch
 
-from ..checkpoint import load, load_drafter
-from ..run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
+from ..ext.step_costs import costs_for
 from ..speculative import DECODE_THREADS
-from ..step_costs import costs_for
+from ..store.checkpoint import load, load_drafter
+from ..store.run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
 from . import bench_table, draft_costs, lost_tau
 from .baselines import load_present
 from .bench_methods import (
@@ -94,7 +94,7 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
                    "settings as JSON")
     p.add_argument("--compile", action="store_true", help="also the headline's DFlash rows with the "
-                   "drafter's block pass compiled (nanodflash/compiled.py), each beside its eager row; "
+                   "drafter's block pass compiled (nanodflash/ext/compiled.py), each beside its eager row; "
                    "compiled by the warm-up (its time is printed)")
     args = p.parse_args(argv)
     args.all_rows = args.all_rows or bool(args.drafters)        # drafters asked for by name get their rows

@@ -5,9 +5,9 @@ run.
     python -m nanodflash.tools.bench_batch --out DIR --temperature 0.7 --top_p 0.95    # sampled
     python -m nanodflash.tools.bench_batch --out DIR --costs_only     # only the step costs B=auto uses
 
-For every batch size R the held-out prompts (nanodflash.data.val_prompts, as bench.py takes them) are cut
-into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a warm-up,
-and where that makes fewer than MIN_RUNS timed runs per method, the batches run again (passes).
+For every batch size R the held-out prompts (nanodflash.store.data.val_prompts, as bench.py takes them) are
+cut into batches of R; each batch runs every method, the order rotated per batch (interleaved), after a
+warm-up, and where that makes fewer than MIN_RUNS timed runs per method, the batches run again (passes).
 Methods: plain batched decoding (generate_batch), batched DFlash (speculative_generate_batch) at B = 4, 8, 16
 and auto, greedy; at R = 1 also the batch-1 loop (speculative_generate) at B=16 and auto, for the batch-1
 bar. With --temperature: the same sampled (the run's sampling drafter, the rejection verifier, B = 2, 4, 8
@@ -25,14 +25,14 @@ import time
 
 import torch
 
-from ..batch import batch_costs, generate_batch, speculative_generate_batch
-from ..batch_policy import COST_ROWS
-from ..checkpoint import load
-from ..repetition import pooled_repetition
-from ..run_folder import drafter_path, run_corpus
+from ..ext.batch import batch_costs, generate_batch, speculative_generate_batch
+from ..ext.batch_policy import COST_ROWS
 from ..speculative import speculative_generate
+from ..store.checkpoint import load
+from ..store.run_folder import drafter_path, run_corpus
 from .cli import floats
 from .measure import bench_flags, bench_prompts, interleaved, machine
+from .repetition import pooled_repetition
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 GREEDY_B, SAMPLED_B = (4, 8, 16, "auto"), (2, 4, 8, "auto")    # the block sizes compared

@@ -10,9 +10,9 @@ nanodflash.tools.bench` runs by default, `default_methods` every row (`--all_row
 from collections import namedtuple
 from functools import partial
 
-from ..sampled_tree import SampledDraws
+from ..ext.sampled_tree import SampledDraws
+from ..ext.tree import tree_speculative_generate
 from ..speculative import generate
-from ..tree import tree_speculative_generate
 from .baselines import AR_KS
 from .prompt_lookup import PromptLookupDrafter
 from .watch import watched_generate

@@ -11,11 +11,11 @@ import time
 
 import torch
 
-from ..repetition import pooled_repetition, repetition
 from . import bench_table
 from .bench_methods import default_methods
 from .measure import ForwardCounter, interleaved, tau_by_band, tau_by_repetition
 from .progress import Progress, duration
+from .repetition import pooled_repetition, repetition
 
 MAX_NEW_TOKENS, SEED = 96, 1337     # new tokens per prompt (480: long generations), the seed of prompt 0
 

@@ -26,10 +26,10 @@ import time
 
 import torch
 
-from ..checkpoint import load
-from ..run_folder import run_corpus
+from ..ext.tree import TREE_TEMPERATURE, tree_speculative_generate
 from ..speculative import generate, speculative_generate
-from ..tree import TREE_TEMPERATURE, tree_speculative_generate
+from ..store.checkpoint import load
+from ..store.run_folder import run_corpus
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import floats, ints

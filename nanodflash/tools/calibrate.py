@@ -1,5 +1,5 @@
 """Measure what a speculative step costs on this machine, once, and keep it in the run folder: the table
-block_size="auto" weighs drafts by (nanodflash/step_costs.py). Decoding itself never times anything.
+block_size="auto" weighs drafts by (nanodflash/ext/step_costs.py). Decoding itself never times anything.
 
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
     python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
@@ -26,15 +26,15 @@ import time
 
 import torch
 
-from .. import compiled as compiled_pass
-from ..batch import SpecBatch
-from ..batch_policy import COST_ROWS
-from ..checkpoint import load
-from ..plain_batch import PlainBatch
-from ..run_folder import read_costs, write_costs
+from ..ext import compiled as compiled_pass
+from ..ext.batch import SpecBatch
+from ..ext.batch_policy import COST_ROWS
+from ..ext.plain_batch import PlainBatch
+from ..ext.step_costs import cost_key, describe
 from ..sampling import DraftRule, probs_from_logits
 from ..speculative import DECODE_THREADS
-from ..step_costs import cost_key, describe
+from ..store.checkpoint import load
+from ..store.run_folder import read_costs, write_costs
 from ..verify import rejection_verify
 from .cli import check_device, ints
 from .measure import sync

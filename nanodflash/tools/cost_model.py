@@ -22,9 +22,9 @@ import statistics
 
 import torch
 
-from ..checkpoint import load
 from ..sampling import DraftRule
 from ..speculative import DECODE_THREADS
+from ..store.checkpoint import load
 from .calibrate import median_seconds
 
 TOKENS = (1, 2, 4, 8, 16)           # tokens per row of the timed forwards

@@ -27,12 +27,12 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
-from .. import checkpoint, run_folder
-from ..checkpoint import DRAFTER_KINDS
 from ..dflash2 import DFlash2Drafter
 from ..drafter import default_target_layer_ids
 from ..gpt import GPT, GPTConfig
-from ..tokenizer import ENDOFTEXT
+from ..store import checkpoint, run_folder
+from ..store.checkpoint import DRAFTER_KINDS
+from ..store.tokenizer import ENDOFTEXT
 from .hf_tokenizer import from_tokenizer_json, to_tokenizer_json
 
 ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}

@@ -8,7 +8,7 @@ Both are byte-level BPE over the same regex split, but they store the merges dif
 Listing, for every token in rank order, every split of it into two tokens makes the two rules agree;
 `ignore_merges` makes HF take a piece that is a token whole, as tiktoken does. Example:
 
-    >>> from nanodflash.tokenizer import train_tokenizer
+    >>> from nanodflash.store.tokenizer import train_tokenizer
     >>> spec = to_tokenizer_json(train_tokenizer("aaab aaab", vocab_size=260))
     >>> spec["model"]["merges"], spec["added_tokens"][1]["content"]
     ([['a', 'a'], ['a', 'b']], '<|mask|>')
@@ -19,7 +19,7 @@ import unicodedata
 
 import tiktoken
 
-from ..tokenizer import SPLIT_PATTERN
+from ..store.tokenizer import SPLIT_PATTERN
 
 
 def byte_to_char():

@@ -38,8 +38,8 @@ from statistics import median
 
 import torch
 
-from ..data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from ..speculative import generate, speculative_generate
+from ..store.data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
 
 PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
@@ -53,7 +53,7 @@ BANDS = ((0, 96), (96, 240), (240, 480))      # tokens 1-96, 97-240, 241-480
 def bench_prompts(which, tok, n, length, seed, data):
     """A benchmark's n prompts of `length` tokens and what to call them: "held_out", from the validation split
     of `data` (the run's corpus), or "third_party", the opening tokens of the Python files of a package no
-    built-in corpus contains (nanodflash.data.third_party_prompts; `seed` and `data` unused)."""
+    built-in corpus contains (nanodflash.store.data.third_party_prompts; `seed` and `data` unused)."""
     if which == "third_party":
         return third_party_prompts(tok, n, length), f"third-party prompts ({THIRD_PARTY_PACKAGE} source)"
     return val_prompts(tok, n, length, seed, data), "validation prompts"

@@ -24,14 +24,14 @@ import time
 
 import torch
 
-from ..repetition import repetition
-from ..sampled_tree import SampledDraws
+from ..ext.sampled_tree import SampledDraws
+from ..ext.step_costs import costs_for
+from ..ext.tree import tree_speculative_generate
 from ..speculative import generate
-from ..step_costs import costs_for
-from ..tree import tree_speculative_generate
 from .cost_model import gpu_costs
 from .measure import interleaved
 from .race_page import write_race_page
+from .repetition import repetition
 from .trace import TraceRecorder
 from .watch import watched_generate
 

@@ -18,16 +18,16 @@ import torch
 
 import nanodflash
 
-from ..data import val_prompts
-from ..repetition import least_repetitive, repetition
-from ..run_folder import run_corpus
-from ..sampled_tree import SampledDraws
+from ..ext.sampled_tree import SampledDraws
+from ..ext.tree import tree_speculative_generate
 from ..speculative import DECODE_THREADS, VERIFIERS, generate
-from ..tokenizer import ENDOFTEXT
-from ..tree import tree_speculative_generate
+from ..store.data import val_prompts
+from ..store.run_folder import run_corpus
+from ..store.tokenizer import ENDOFTEXT
 from . import hf
 from .cli import MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from .hf_tokenizer import normalize
+from .repetition import least_repetitive, repetition
 from .watch import watched_generate
 
 OUT = "out"              # folder written by `train_tiny.py --out`
@@ -80,11 +80,12 @@ def decoding_flags(a):
       "as in the library and the official dflash 0.1.0: it accepts more drafts than match, the rule of an "
       "earlier official snapshot, and is faster at every temperature and block size the benchmark measures)")
     a("--tree", type=ints(1, MAX_COUNT), default=None, help="tree verification with at most N draft nodes a "
-      "step (nanodflash/tree.py): greedy, the drafter's top candidates; sampling, drafts sampled from the "
-      "drafter and verified by recursive rejection (nanodflash/sampled_tree.py); --block_size and "
+      "step (nanodflash/ext/tree.py): greedy, the drafter's top candidates; sampling, drafts sampled from "
+      "the drafter and verified by recursive rejection (nanodflash/ext/sampled_tree.py); --block_size and "
       "--verifier do not apply (default: off, one draft path a step)")
-    a("--compile", action="store_true", help="run the drafter's block pass compiled (nanodflash/compiled.py; "
-      "the target stays eager): its graphs are compiled first, the time printed; not with --tree or --race")
+    a("--compile", action="store_true", help="run the drafter's block pass compiled "
+      "(nanodflash/ext/compiled.py; the target stays eager): its graphs are compiled first, the time "
+      "printed; not with --tree or --race")
 
 
 def output_flags(a):
@@ -173,7 +174,7 @@ def decoder_for(args):
 
 def compile_drafter(decoder, target, drafter, prompt_ids, max_new_tokens, spec_kw):
     """--compile: one decode of the prompt first, which compiles the drafter's pass; its time printed."""
-    print("compiling the drafter's block pass (nanodflash/compiled.py) ...", file=sys.stderr, flush=True)
+    print("compiling the drafter's block pass (nanodflash/ext/compiled.py) ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     decoder(target, drafter, prompt_ids, max_new_tokens, **spec_kw)
     print(f"compiled and ran once in {time.perf_counter() - t0:.1f}s", file=sys.stderr)

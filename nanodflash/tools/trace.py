@@ -16,8 +16,8 @@ None of it runs inside the timed sections, and none of it changes the run (tests
 
 import torch
 
-from ..repetition import repetition
 from ..sampling import inverse_cdf, probs_from_logits
+from .repetition import repetition
 
 TOP_CANDIDATES = 4       # DFlash 2 candidates shown per slot
 

@@ -118,7 +118,8 @@ def panel_html(whatif, prefix="wi-"):
             '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ tokens a step '
             'with n = B - 1 drafts '
             "emits; cost(n) = step cost × (1 + growth × (n - 1)) plain steps; speedup = E(n) / cost(n) "
-            "(nanodflash/block_policy.py). Blue: the curve and your block size; red: this race's path lane "
+            "(nanodflash/ext/block_policy.py). Blue: the curve and your block size; red: this race's path "
+            "lane "
             "as measured.</div>\n"
             f'<div class="row"><label for="{p}preset">costs from</label><select id="{p}preset">'
             '<option value="calibrated">the table block_size="auto" weighs here</option>'

@@ -23,13 +23,13 @@ from functools import partial
 
 import torch
 
+from ..loop import SpecStats, TimedStats, step_tokens
+from ..speculative import draft_rule, verify_block
+from ..verify import greedy_verify
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes, prior
-from .loop import SpecStats, TimedStats, step_tokens
 from .plain_batch import PlainBatch, generate_batch
-from .speculative import draft_rule, verify_block
 from .step_costs import costs_for
-from .verify import greedy_verify
 
 # generate_batch (plain batched decoding) lives in plain_batch.py; it is importable from here too
 __all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculative_generate_batch"]

@@ -9,9 +9,9 @@ Every row is what plain decoding of its prompt alone gives (speculative.generate
 
 import torch
 
-from .loop import check_request, finished
+from ..loop import check_request, finished
+from ..sampling import Sampling
 from .ragged_cache import RaggedKVCache, compact
-from .sampling import Sampling
 
 
 class PlainBatch:

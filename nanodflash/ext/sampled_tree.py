@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .sampling import probs_from_logits, sample
+from ..sampling import probs_from_logits, sample
+from ..verify import multi_draft_verify
 from .tree import Tree
-from .verify import multi_draft_verify
 
 # draws per node by the node's depth (the anchor is depth 0): width near the root, where every later slot
 # depends on the walk going on; 1 past the end (a sampled path)

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .loop import StepRecord, TimedStats, check_request, finished, prefill, rng_state, step_tokens
-from .sampling import Sampling, probs_from_logits, sample
+from ..loop import StepRecord, TimedStats, check_request, finished, prefill, rng_state, step_tokens
+from ..sampling import Sampling, probs_from_logits, sample
 
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 TREE_TEMPERATURE = 0.5

@@ -8,7 +8,7 @@ into its place.
 
 import torch
 
-from .gpt import KVCache
+from ..gpt import KVCache
 
 
 def compact(alive):

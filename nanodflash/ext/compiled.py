@@ -31,7 +31,7 @@ import functools
 
 import torch
 
-from .drafter import ContextCache
+from ..drafter import ContextCache
 
 GRAPHS_PER_PASS = 64    # graphs torch may keep for the pass (it counts them for every drafter together)
 

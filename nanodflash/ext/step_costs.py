@@ -129,6 +129,6 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
     if str(key) not in book_of(drafter).told:
         book_of(drafter).told.add(str(key))
         print(f"note: no cost table for {describe(key)}: block_size=\"auto\" uses the default costs "
-              "(nanodflash/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
+              "(nanodflash/ext/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
               f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)
     return default_costs(drafter.block_size, rows, sampled)

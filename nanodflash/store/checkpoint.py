@@ -22,11 +22,11 @@ from dataclasses import asdict
 
 import torch
 
-from .dflash2 import DFlash2Drafter
-from .drafter import Drafter
-from .gpt import GPT, GPTConfig
+from ..dflash2 import DFlash2Drafter
+from ..drafter import Drafter
+from ..ext.step_costs import use_table
+from ..gpt import GPT, GPTConfig
 from .run_folder import TARGET, TOKENIZER, check_run_folder, drafter_path, read_costs
-from .step_costs import use_table
 from .tokenizer import load_tokenizer
 
 DRAFTER_KINDS = {"dflash": Drafter, "dflash2": DFlash2Drafter}   # what drafter.pt may hold
