@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from nanodflash.ext.plain_batch import generate_mix
 from nanodflash.ext.step_costs import cost_key, describe, use_table
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
@@ -34,12 +35,12 @@ from nanodflash.speculative import DECODE_THREADS
 from nanodflash.store import checkpoint as ckpt
 from nanodflash.store import run_folder
 from nanodflash.store.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
-from nanodflash.store.resume import data_hash
+from nanodflash.store.resume import data_hash, resume_file
 from nanodflash.store.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
 from nanodflash.tools.calibrate import calibrate
-from nanodflash.train import train_target
-from nanodflash.train_drafter import DraftTraining, generate_mix, measure_tau, slot_accuracy, train_drafter
+from nanodflash.tools.evaluate import measure_tau, slot_accuracy
+from nanodflash.train import DraftTraining, train_drafter, train_target
 
 # The recipe, every flag's default with the --full and --smoke presets, is nanodflash/pipeline/recipe.py.
 
@@ -114,7 +115,7 @@ def target_stage(args, path, tok, split, corpus):
         print(f"[target] {sum(p.numel() for p in target.parameters()) / 1e6:.2f}M parameters: {cfg}")
         hist = train_target(target, split.train, split.val, args.target_steps, args.target_batch,
                             args.seq_len, args.target_lr, eval_every=max(1, args.target_steps // 5),
-                            seed=args.seed, resume=ckpt.resume_path(path["target"]))
+                            seed=args.seed, resume=resume_file(ckpt.resume_path(path["target"])))
         ckpt.save_target(path["target"], target, path["tok"], hist, made_by)
     return target.eval(), hist
 
@@ -177,7 +178,7 @@ def drafter_stage(args, path, target, data, data_id, prompts, mask_id):
                         eval_every=max(1, args.draft_steps // recipe.DRAFT_EVALS))
     long_seqs = data.get("train_long") if args.long_seqs else None
     hist = train_drafter(drafter, data["train"], how, long_seqs=long_seqs, eval_fn=eval_fn,
-                         resume=ckpt.resume_path(path["drafter"]))
+                         resume=resume_file(ckpt.resume_path(path["drafter"])))
     ckpt.save_drafter(path["drafter"], drafter, hist, made_by)
     return drafter, hist
 
@@ -207,7 +208,8 @@ def sampling_stage(args, path, target, drafter, split, corpus):
     how = DraftTraining(steps=args.sampling_steps, batch_size=args.draft_batch, n_anchors=args.draft_anchors,
                         lr=args.sampling_lr, min_anchor=data["prompt_len"] - 1, gamma=args.gamma,
                         seed=args.seed + 5, soft_weight=1.0, log_name="sampling drafter")
-    hist = train_drafter(sampler, data["train_sampled"], how, resume=ckpt.resume_path(path["sampling"]))
+    hist = train_drafter(sampler, data["train_sampled"], how,
+                         resume=resume_file(ckpt.resume_path(path["sampling"])))
     ckpt.save_drafter(path["sampling"], sampler, hist, made_by)
     return sampler
 

@@ -29,9 +29,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_cross_entropy
 from .drafter import Drafter, DrafterConfig, DrafterLayer
-from .drafter_loss import block_labels, weighted_cross_entropy
+from .loss import (
+    block_labels,
+    block_soft_targets,
+    candidate_soft_targets,
+    mix_soft,
+    soft_cross_entropy,
+    weighted_cross_entropy,
+)
 from .sampling import draft_temperature, inverse_cdf
 
 
@@ -231,7 +237,7 @@ class DFlash2Drafter(Drafter):
             return hidden, logits, None, None
         return (hidden, logits, *self.candidate_selector.transition_table(hidden, logits, anchor))
 
-    # ---------------- the drafter interface (drafting.py), answered by the selector ----------------
+    # ---------------- the drafter interface (drafter.py), answered by the selector ----------------
 
     def draft(self, cache, anchor, n_draft, choose):
         """One drafter pass for every slot's candidates, then the selector's walk. `choose` is a DraftRule."""
@@ -275,7 +281,7 @@ class DFlash2Drafter(Drafter):
         """DFlash loss + alpha * selector loss. The selector's predecessor is teacher-forced (the true token
         before the slot) and its label is the true token's index among the slot's candidates; slots whose
         true token is not a candidate are left out (out["recall"]: the fraction kept). With `soft` targets
-        (distill.py) both parts mix in, by soft_weight, the cross-entropy against the target's distribution:
+        (loss.py) both parts mix in, by soft_weight, the cross-entropy against the target's distribution:
         for the selector, the target's probabilities of the candidates renormalised over them."""
         hidden = self.hidden(features, input_ids, anchors)                       # (N, K, B, D)
         logits = self.target.lm_head(hidden)                                     # (N, K, B, V)

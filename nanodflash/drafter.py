@@ -21,6 +21,31 @@ At inference the context K/V are cached. The features of newly verified position
 step runs the drafter once. During training, K blocks share one forward: block b (anchor a_b) sees
 context features j < a_b and its own slots, nothing of the other blocks (`training_mask`).
 The same, stated precisely: docs/design.md §1.1-1.4 and §1.7.
+
+The drafter interface: what the decoders ask of a drafter, and the answers of a drafter that has only its
+slots' logits (DrafterInterface, below).
+
+Every decoder (speculative.py; ext/: tree.py, sampled_tree.py, batch.py) and every tool speaks to a drafter
+through these methods and never asks which kind it is. A new kind subclasses `DrafterInterface`, writes
+`new_cache`, `extend` and `slot_logits`, and inherits the rest; it overrides a method where it knows better
+(DFlash 2's selector scores its candidates after each predecessor; an autoregressive chain drafts one token at
+a time).
+
+    block_size, target_layer_ids                B (the anchor and at most B-1 drafts a pass), and the target
+                                                layers whose outputs the decoders hand to `extend`
+    new_cache(max_len)                          its context for one sequence
+    extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
+    context_length(cache)                       the verified positions it holds
+    mark(cache), rewind(cache, mark)            forget what a step added (timing steps: step_costs.py)
+    project_context(cache)                      do now what the next draft would do first (default: nothing)
+    slot_logits(cache, anchor, n_draft)         the draft slots' logits (n, V), one pass
+    draft(cache, anchor, n_draft, choose)       the path: (tokens (n,), q (n, V) or None), choose a DraftRule
+    candidates(cache, anchor, n_draft, T)       top-K trees: cand (n, K), logp (n, K, K) after each parent
+    draft_distribution(cache, anchor, n, T)     sampled trees: q(t, prev) -> (V,), the q a path draws from
+    slot_scores(cache, anchor, drafts)          the trace page: per slot [[token, score], ...], or None
+
+The defaults read the slots' logits as independent marginals: slot t's distribution is the same whatever
+was drafted before it (DFlash 1, docs/design.md §1.4).
 """
 
 import math
@@ -29,12 +54,72 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from .distill import mix_soft
-from .drafter_loss import block_labels, weighted_cross_entropy
-from .drafting import DrafterInterface
-from .ext.drafter_rows import RaggedRows
 from .gpt import Block, KVCache
 from .layers import RMSNorm, RopeTable
+from .loss import block_labels, mix_soft, weighted_cross_entropy
+from .sampling import draft_temperature, probs_from_logits
+
+TOP_K = 16          # candidates per slot of a drafter without a selector of its own (trees)
+
+
+class DrafterInterface:
+    """The defaults of the drafter interface (module docstring); a subclass writes new_cache, extend and
+    slot_logits."""
+
+    kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
+    uses_block_pass = False  # whether its drafts run Drafter.block_pass through its cache's `attend`: the
+                             # compiled pass and the batched rows (ext/) run such a drafter their own way
+    cost_book = None        # its step costs (step_costs.CostBook), made when first asked for
+
+    @property
+    def block_size(self):
+        """B: the anchor and the drafts of one pass, at most (a model drafter's, from its config)."""
+        return self.config.block_size
+
+    @property
+    def target_layer_ids(self):
+        """The target layers whose outputs `extend` gets as features (a model drafter's, from its config)."""
+        return self.config.target_layer_ids
+
+    def context_length(self, cache):
+        """How many verified positions the drafter's context holds."""
+        return cache.length
+
+    def project_context(self, cache):
+        """Do the work the next draft would start with (a drafter that projects its context lazily)."""
+
+    def mark(self, cache):
+        """The state of the context, for `rewind` (timing a step again from the same context)."""
+        return cache.length
+
+    def rewind(self, cache, mark):
+        """Forget what the context gained since `mark` was taken."""
+        cache.length = mark
+
+    def draft(self, cache, anchor, n_draft, choose):
+        """n_draft drafts after `anchor` in one pass: choose(the slots' logits (n, V))."""
+        return choose(self.slot_logits(cache, anchor, n_draft))
+
+    def candidates(self, cache, anchor, n_draft, temperature):
+        """One pass -> the top-K candidates cand (n, K) of slots 1..n and logp (n, K, K): the log-prob of
+        candidate c at slot t+1 after candidate i of slot t, a softmax of the scores / temperature. Here the
+        slot's own softmax over the whole vocabulary, the same row for every parent."""
+        logits = self.slot_logits(cache, anchor, n_draft).detach().cpu()              # (n, V)
+        k = min(TOP_K, logits.size(-1))
+        logp, cand = (logits / temperature).log_softmax(-1).topk(k, dim=-1)         # (n, K) each
+        return cand, logp[:, None, :].expand(-1, cand.size(1), -1)                  # any parent: one row
+
+    def draft_distribution(self, cache, anchor, n_draft, temperature):
+        """One pass -> q(t, prev): the distribution (V,) float64 a sampled path draws slot t+1 from after the
+        token `prev` at slot t (t = 0: after the anchor), at sampling.draft_temperature(temperature). Here
+        the slot's own softmax, whatever came before."""
+        logits = self.slot_logits(cache, anchor, n_draft).detach().cpu()              # (n, V)
+        q = probs_from_logits(logits, draft_temperature(temperature))                # (n, V)
+        return lambda t, prev: q[t]
+
+    def slot_scores(self, cache, anchor, drafts, top=4):
+        """What each slot chose among, for the trace page: None for a drafter that picks by its logits."""
+        return None
 
 
 def default_target_layer_ids(n_target_layers, n_features):
@@ -134,7 +219,7 @@ class DrafterConfig:
 
 class Drafter(DrafterInterface, nn.Module):
     kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
-    compiles = True                               # its drafts attend through the cache: a CompiledCache's too
+    uses_block_pass = True                        # its drafts attend through the cache: a CompiledCache's too
     config_class = DrafterConfig
 
     def __init__(self, config, target):
@@ -242,7 +327,7 @@ class Drafter(DrafterInterface, nn.Module):
         block[0, 0] = anchor
         return block
 
-    # ---------------- the drafter interface (drafting.py): what the decoders ask ----------------
+    # ---------------- the drafter interface (above): what the decoders ask ----------------
 
     def slot_hidden(self, cache, anchor, n_draft):
         """One pass over [anchor, MASK x n_draft] -> the draft slots' final hidden states (n_draft, D)."""
@@ -262,10 +347,6 @@ class Drafter(DrafterInterface, nn.Module):
 
     def rewind(self, cache, mark):
         cache.length, cache.pending[:] = mark[0], mark[1]
-
-    def new_rows(self, rows, max_len):
-        """Many rows drafted in one pass (drafter_rows.py)."""
-        return RaggedRows(self, rows, max_len)
 
     # ---------------- training: K blocks per sequence in one forward ----------------
 
@@ -294,9 +375,9 @@ class Drafter(DrafterInterface, nn.Module):
     def loss(self, features, input_ids, anchors, weights, soft=None, soft_weight=0.0):
         """Decay-weighted cross-entropy of slots 1..B-1 against x_{a+k}; weights (B,) with weights[0] = 0.
 
-        `soft` (optional): the target's next-token distributions (distill.soft_targets: probs, ids, each
+        `soft` (optional): the target's next-token distributions (loss.soft_targets: probs, ids, each
         (N, S, m), row j for the token at j+1); then the loss is (1 - soft_weight) * that cross-entropy
-        + soft_weight * the cross-entropy against the target's distribution (distill.mix_soft).
+        + soft_weight * the cross-entropy against the target's distribution (loss.mix_soft).
         Returns (loss, out): out["logits"] (N, K, B, V), out["labels"] (N, K, B) = x_{a+k}, out["pred"]
         (N, K, B) the tokens the drafter would draft given the true tokens before them (here the argmax)."""
         logits = self(features, input_ids, anchors)                               # (N, K, B, V)

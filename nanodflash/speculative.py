@@ -5,31 +5,104 @@
 
 Both return the generated ids only (a list of ints). Greedy speculative output is token-identical to
 greedy `generate`; sampled speculative output has exactly the target's distribution (verify.py).
-block_size: None = the drafter's B; an int <= B; "auto" = chosen each step from the acceptance so far
-(block_policy.py: smaller blocks when sampling, and a plain step when no draft would pay).
-The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else ValueError.
+block_size: None = the drafter's B; an int <= B; or a policy, `policy(drafter, sampling)` -> an object with
+next() and update(n_drafts, n_accepted), such as ext/block_policy.py's `auto` (the block chosen each step from
+the acceptance so far). The window rule: prompt + max_new_tokens must fit the target's max_seq_len, else
+ValueError.
 
 `speculative_step` is the whole step in one function: draft, verify, accept, roll back both caches;
 `speculative_generate` is the loop over it. Nothing in either times, records or calls back: tools/watch.py
-runs the same loop with stopwatches and a callback around the step. The step, and why each verifier is
-exact: docs/design.md §1.5-1.6.
+runs the same loop with stopwatches and a callback around the step. The tree and batched decoders (ext/)
+share the helpers here (the request's checks, the prefill, what a step emits, the records), so that a
+request, a stop token and the token limit mean the same in each. The step, and why each verifier is exact:
+docs/design.md §1.5-1.6.
 """
 
-from dataclasses import dataclass
-from functools import partial
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 
-from .ext import compiled
-from .ext.block_policy import block_sizes
-from .ext.step_costs import costs_for
-from .loop import SpecStats, StepRecord, check_request, finished, prefill, step_tokens
-from .sampling import DraftRule, Sampling, next_token
+from .sampling import DraftRule, Sampling, check_sampling_args, next_token
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
 DECODE_THREADS = 1      # CPU threads the scripts, benchmarks and notebooks decode with: batch-1 decoding of
                         # these small models is bound by per-operation overhead, and more threads add sync
+
+
+@dataclass
+class SpecStats:
+    acceptance_lengths: list = field(default_factory=list)  # tokens emitted per step (bonus included)
+    accepted_drafts: list = field(default_factory=list)     # of those, how many were drafts (not the bonus)
+    block_sizes: list = field(default_factory=list)         # anchor + drafts of each step
+    target_forwards: int = 1                                # the prefill + one verify per step
+    target_cache: object = field(default=None, repr=False)  # the caches as the run left them (for inspection)
+    draft_cache: object = field(default=None, repr=False)
+
+    def record(self, block_size, emitted, accepted_drafts):
+        """Count one draft + verify step."""
+        self.block_sizes.append(block_size)
+        self.acceptance_lengths.append(emitted)
+        self.accepted_drafts.append(accepted_drafts)
+        self.target_forwards += 1
+
+    @property
+    def tau(self):
+        """Mean acceptance length τ over the steps (0.0 when there was no step)."""
+        n = len(self.acceptance_lengths)
+        return sum(self.acceptance_lengths) / n if n else 0.0
+
+    @property
+    def histogram(self):
+        return dict(sorted(Counter(self.acceptance_lengths).items()))
+
+
+def check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p, stop_token_ids):
+    """Validate the common arguments; return the prompt as a (1, P) LongTensor on the target's device."""
+    check_sampling_args(temperature, top_k, top_p)
+    device = next(target.parameters()).device
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=device).flatten()
+    if prompt.numel() == 0:
+        raise ValueError("the prompt is empty: give at least one token (e.g. <|endoftext|>)")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens}")
+    vocab, window = target.config.vocab_size, target.config.max_seq_len
+    if int(prompt.min()) < 0 or int(prompt.max()) >= vocab:
+        raise ValueError(f"prompt has token ids outside the target's vocabulary [0, {vocab})")
+    if prompt.numel() + max_new_tokens > window:
+        raise ValueError(f"prompt ({prompt.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                         f"target's max_seq_len ({window}); shorten the prompt or ask for fewer tokens")
+    return prompt[None], set(stop_token_ids or ())
+
+
+def first_stop(tokens, stops):
+    """Length of `tokens` kept when stopping right after the first stop token (len(tokens) if none)."""
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return i + 1
+    return len(tokens)
+
+
+def finished(out, max_new_tokens, stops):
+    """Is a generation done: max_new_tokens emitted, or the last one a stop token?"""
+    return len(out) >= max_new_tokens or out[-1] in stops
+
+
+def step_tokens(accepted, bonus, left, stops):
+    """What one step emits: the accepted drafts and the bonus, cut at the `left` tokens still allowed or right
+    after the first stop token (so a stop can cut the bonus, or drafts, off)."""
+    new = list(accepted) + [bonus]
+    return new[: min(left, first_stop(new, stops))]
+
+
+def prefill(target, drafter, prompt, cache, dcache, sampling, generator):
+    """The prompt (1, P) through the target in one pass; its features at the drafter's layers become the
+    drafter's first context. -> the first generated token, drawn from the target's last position as
+    `sampling` (a sampling.Sampling) says."""
+    logits, feats = target(prompt, cache, layer_ids=drafter.target_layer_ids)
+    drafter.extend(dcache, feats, prompt)                                    # the context: the whole prompt
+    return int(sampling.next_token(logits[0, -1].cpu(), generator))
 
 
 @torch.no_grad()
@@ -50,6 +123,22 @@ def generate(target, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, to
         if len(out) == max_new_tokens or token in stops:
             return out
         logits, _ = target(torch.tensor([[token]], device=prompt.device), cache)
+
+
+@dataclass
+class StepRecord:
+    """What one draft + verify step did: what speculative_step returns (ext/timing.py's WatchedStep adds what
+    a watcher and a tree know). The target cache held `start` positions before the step and `end` after.
+    Row i of target_logits is the target's view after the anchor and the first i drafts (a tree's: after
+    node i's path)."""
+    anchor: int
+    drafts: list               # the drafts in order (a tree's: its nodes after the root)
+    q: object                  # (n, V) the drafter's q when drafts were sampled, else None
+    target_logits: object      # (n+1, V) the target's logits at the anchor and each draft (CPU)
+    accepted: int              # how many drafts the verifier kept
+    new: list                  # tokens emitted: kept drafts and the bonus, cut at the limit or a stop
+    start: int
+    end: int
 
 
 def verify_block(verifier, drafts, q, target_logits, sampling, generator):
@@ -92,23 +181,42 @@ class Request:
 
 
 def start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifier="rejection",
-                  stop_token_ids=None, generator=None, compile=False):
-    """Check a request and make its caches, sized to it -> (Request, prompt (1, P)). compile: the drafter's
-    block pass compiled (compiled.py)."""
+                  stop_token_ids=None, generator=None):
+    """Check a request and make its caches, sized to it -> (Request, prompt (1, P))."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, sampling.temperature, sampling.top_k,
                                   sampling.top_p, stop_token_ids)
     n_max = prompt.size(1) + max_new_tokens
-    dcache = compiled.new_cache(drafter, n_max) if compile else drafter.new_cache(n_max)
-    return Request(target=target, drafter=drafter, cache=target.new_cache(1, n_max), dcache=dcache,
+    return Request(target=target, drafter=drafter, cache=target.new_cache(1, n_max),
+                   dcache=drafter.new_cache(n_max),
                    sampling=sampling, verifier=verifier, choose=draft_rule(verifier, sampling.temperature,
                    generator), generator=generator, stops=frozenset(stops)), prompt
 
 
-def block_policy(request, block_size, compile=False):
-    """The block size of each step (block_policy.py; "auto" prices drafts by the run folder's step costs)."""
-    drafter, sampled = request.drafter, not request.sampling.greedy
-    return block_sizes(block_size, drafter.block_size, sampled=sampled,
-                       costs=partial(costs_for, drafter, 1, sampled, compile))
+class FixedBlockSize:
+    """The same block size every step: a block-size policy (next() before a step, update() after)."""
+
+    def __init__(self, block_size):
+        self.block_size = block_size
+
+    def next(self):
+        return self.block_size
+
+    def update(self, n_drafts, n_accepted):
+        pass
+
+
+def block_sizes(block_size, drafter, sampling):
+    """The block size of each step, as one object: `next()` before a step, `update(n_drafts, n_accepted)`
+    after. block_size: None = the drafter's B, an int in [1, B], or a policy `block_size(drafter, sampling)`
+    (ext/block_policy.auto)."""
+    if callable(block_size):
+        return block_size(drafter, sampling)
+    B = drafter.block_size
+    b = B if block_size is None else block_size
+    if isinstance(b, (str, bool)) or int(b) != b or not 1 <= b <= B:
+        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {B}] (the drafter was trained "
+                         f"with block_size={B}), got {block_size!r}")
+    return FixedBlockSize(int(b))
 
 
 @torch.no_grad()
@@ -137,15 +245,15 @@ def speculative_step(request, anchor, b, left):
 
 @torch.no_grad()
 def speculative_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
-                         top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None,
-                         compile=False):
+                         top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None):
     """DFlash: draft a block in one drafter pass, verify it in one target pass, keep the agreed prefix.
     verifier (temperature > 0): "rejection" (the default: it accepts more drafts, docs/sampling.md)
-    or "match". compile: True runs the drafter's block pass compiled (compiled.py; the first call with a
-    drafter compiles it, seconds to a minute; a drafter whose `compiles` is True). The target runs eager."""
-    request, prompt = start_request(target, drafter, prompt_ids, max_new_tokens, Sampling(temperature, top_k,
-                                    top_p), verifier, stop_token_ids, generator, compile)
-    sizes = block_policy(request, block_size, compile)
+    or "match". A compiled drafter pass: speculative_generate(target, compile_drafter(drafter), ...)
+    (ext/compiled.py)."""
+    sampling = Sampling(temperature, top_k, top_p)
+    request, prompt = start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifier,
+                                    stop_token_ids, generator)
+    sizes = block_sizes(block_size, drafter, sampling)
     stats = SpecStats(target_cache=request.cache, draft_cache=request.dcache)
     out = [prefill(target, drafter, prompt, request.cache, request.dcache, request.sampling, generator)]
     while not finished(out, max_new_tokens, request.stops):

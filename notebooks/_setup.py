@@ -32,7 +32,7 @@ import nanodflash
 from nanodflash.store.checkpoint import read
 from nanodflash.store.run_folder import TOY_RUN, is_toy_run, run_corpus
 from nanodflash.store.data import DEFAULT_CORPUS, val_prompts
-from nanodflash.loop import prefill
+from nanodflash.speculative import prefill
 from nanodflash.tools.repetition import pooled_repetition, repetition
 from nanodflash.sampling import Sampling
 from nanodflash.speculative import DECODE_THREADS

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers import tiny_dflash2, tiny_drafter, tiny_target
+from nanodflash.ext.plain_batch import generate_sequences
 from nanodflash.pipeline import recipe
 from nanodflash.sampling import DraftRule
 from nanodflash.speculative import generate, speculative_generate
@@ -18,14 +19,9 @@ from nanodflash.tools.baselines import (
     NoFeatureDrafter,
     causal_training_mask,
 )
+from nanodflash.tools.evaluate import measure_tau, slot_accuracy
 from nanodflash.tools.measure import DraftForwardCounter
-from nanodflash.train_drafter import (
-    DraftTraining,
-    generate_sequences,
-    measure_tau,
-    slot_accuracy,
-    train_drafter,
-)
+from nanodflash.train import DraftTraining, train_drafter
 
 GREEDY = DraftRule(0.0)
 

@@ -16,8 +16,8 @@ import torch
 from helpers import greedy_continuation, soft_pair, tiny_drafter
 from nanodflash.ext.batch import SpecBatch, generate_batch, speculative_generate_batch
 from nanodflash.ext.batch_policy import COST_ROWS, BatchBlockSize
-from nanodflash.ext.block_policy import linear_costs
-from nanodflash.ext.step_costs import fix_costs
+from nanodflash.ext.block_policy import auto
+from nanodflash.ext.step_costs import fix_costs, linear_costs
 from nanodflash.sampling import DraftRule, sample
 from nanodflash.speculative import generate
 from test_dflash2 import tiny_dflash2
@@ -375,14 +375,14 @@ def test_bad_input_raises_a_value_error_naming_the_row(target, drafters):
 
 def test_a_batch_of_one_prompt_chooses_the_auto_block_sizes_of_the_batch1_loop(target, drafters):
     """At one row the batch's auto keeps batch 1's cost model, so one prompt decodes step for step as
-    speculative_generate(block_size="auto") does; from two rows on, the batch's cost tables decide. The
+    speculative_generate(block_size=auto) does; from two rows on, the batch's cost tables decide. The
     one-row table is fixed: two timings of it may differ by noise, and the claim is about which table is
     used."""
     from nanodflash.speculative import speculative_generate
     drafter, sizes = copy.deepcopy(drafters["dflash"]), set()
     fix_costs(drafter, linear_costs(drafter.config.block_size, 1.3, 0.025), rows=1)
     for prompt in PROMPTS:
-        _, alone = speculative_generate(target, drafter, prompt, NEW, block_size="auto")
+        _, alone = speculative_generate(target, drafter, prompt, NEW, block_size=auto)
         _, batch = speculative_generate_batch(target, drafter, [prompt], NEW, block_size="auto")
         assert batch.block_sizes == alone.block_sizes, \
             f"prompt {prompt[:5]}: batch of one chose {batch.block_sizes}, batch 1 chose {alone.block_sizes}"

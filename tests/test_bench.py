@@ -11,6 +11,7 @@ import torch
 import nanodflash
 from helpers import tiny_drafter, tiny_target
 from nanodflash.drafter import Drafter
+from nanodflash.ext.block_policy import auto
 from nanodflash.ext.sampled_tree import SampledDraws
 from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.speculative import generate, speculative_generate
@@ -26,6 +27,7 @@ from nanodflash.tools import (
     measure,
 )
 from nanodflash.tools.prompt_lookup import PromptLookupDrafter
+from nanodflash.tools.watch import policy
 
 N_PROMPTS, NEW_TOKENS = 2, 20
 
@@ -99,7 +101,7 @@ def test_bench_greedy_rows_agree_with_independent_runs_and_with_plain_decoding(s
         assert r["matches_plain"] is True, f"{name}: greedy output differed from plain greedy decoding"
         if name.startswith(bench.kind_of(drafter) + " greedy B="):
             b = name.split("B=")[1]
-            b = b if b == "auto" else int(b)
+            b = auto if b == "auto" else int(b)
             runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b) for p in prompts]
             assert r["tokens"] == sum(len(t) for t, _ in runs), \
                 f"{name}: token count differs from a fresh run"
@@ -120,8 +122,9 @@ def test_bench_sampled_rows_are_temperature_0_7_top_p_0_95_runs_with_the_benchma
     for b in bench_methods.sampled_sizes(drafter.config.block_size):
         for v in ("match", "rejection"):
             r = rows[f"{bench.kind_of(drafter)} T=0.7 p=0.95 {v} B={b}"]
-            runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=b, temperature=0.7,
-                                         top_p=0.95, verifier=v, generator=torch.Generator().manual_seed(i))
+            runs = [speculative_generate(target, drafter, p, NEW_TOKENS, block_size=policy(b),
+                                         temperature=0.7, top_p=0.95, verifier=v,
+                                         generator=torch.Generator().manual_seed(i))
                     for i, p in enumerate(prompts)]
             steps = sum(len(s.acceptance_lengths) for _, s in runs)
             assert r["temperature"] == 0.7 and r["steps"] == steps, \

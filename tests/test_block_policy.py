@@ -13,8 +13,8 @@ import torch
 
 import nanodflash.ext.block_policy as block_policy
 from helpers import OracleDrafter, soft_pair, tiny_drafter
-from nanodflash.ext.block_policy import AdaptiveBlockSize, linear_costs
-from nanodflash.ext.step_costs import fix_costs
+from nanodflash.ext.block_policy import AdaptiveBlockSize, auto
+from nanodflash.ext.step_costs import fix_costs, linear_costs
 from nanodflash.speculative import generate, speculative_generate
 from test_sampling_exact import (
     ALPHA,
@@ -120,7 +120,7 @@ def test_greedy_speculative_with_auto_block_size_equals_greedy_decoding(target, 
     fix_costs(drafter, COSTS)                    # the example costs: the test double cannot be timed
     sizes = set()
     for prompt in PROMPTS:
-        out, stats = speculative_generate(target, drafter, prompt, 40, block_size="auto")
+        out, stats = speculative_generate(target, drafter, prompt, 40, block_size=auto)
         assert out == generate(target, prompt, 40), \
             f"{kind} drafter, block_size='auto': output diverged from greedy"
         assert all(a <= b for a, b in zip(stats.acceptance_lengths, stats.block_sizes)), \
@@ -143,7 +143,7 @@ def test_sampled_output_with_auto_block_size_has_exactly_the_targets_distributio
     monkeypatch.setattr(block_policy, "PRIOR_WEIGHT", 0.5)
     fix_costs(drafter, linear_costs(4, step_cost=1.3, slot_cost=0.1))
     exact, sizes = exact_distribution(target, 1.0, None, 0.9), set()
-    counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size="auto", sizes=sizes,
+    counts, _ = speculative_counts(target, drafter, verifier, 1.0, None, 0.9, block_size=auto, sizes=sizes,
                                    n=N_OTHER_PATHS)
     assert 1 in sizes and len(sizes) >= 3, \
         f"{verifier}: the block size did not vary enough to test: {sorted(sizes)}"

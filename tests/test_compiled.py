@@ -12,6 +12,8 @@ import nanodflash
 from nanodflash.exercises.models import small_target, tiny_dflash2
 from nanodflash.exercises.oracle import ALPHA, N_SAMPLES, PROMPT, H, chi_square_p_value, exact_distribution
 from nanodflash.ext import compiled
+from nanodflash.ext.block_policy import auto
+from nanodflash.ext.compiled import compile_drafter
 from nanodflash.ext.step_costs import cost_key, costs_for, use_table
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.store.run_folder import read_costs
@@ -36,7 +38,7 @@ def warmed(smoke):
     exists."""
     target, drafter, prompts = smoke
     for b in range(2, 9):
-        speculative_generate(target, drafter, prompts[0], WARM_TOKENS, block_size=b, compile=True)
+        speculative_generate(target, compile_drafter(drafter), prompts[0], WARM_TOKENS, block_size=b)
     return smoke
 
 
@@ -49,13 +51,13 @@ def context_cache(target, drafter, ids, compiled_pass):
     return cache
 
 
-@pytest.mark.parametrize("block_size", [8, 3, "auto"])
+@pytest.mark.parametrize("block_size", [8, 3, auto], ids=["8", "3", "auto"])
 def test_compiled_greedy_speculative_equals_greedy_decoding(warmed, block_size):
     target, drafter, prompts = warmed
     accepted = 0
     for prompt in prompts:
         plain = generate(target, prompt, 24)
-        out, stats = speculative_generate(target, drafter, prompt, 24, block_size=block_size, compile=True)
+        out, stats = speculative_generate(target, compile_drafter(drafter), prompt, 24, block_size=block_size)
         assert out == plain, f"compiled B={block_size}, prompt {prompt}: the output is not plain greedy's"
         accepted += sum(a - 1 for a in stats.acceptance_lengths)
     assert accepted > 20, f"compiled B={block_size}: {accepted} drafts kept, too few to test the verify"
@@ -94,11 +96,11 @@ def test_a_compiled_decode_that_meets_no_new_size_compiles_nothing(warmed):
     for prompt, n in zip(prompts, (30, 21, 20)):        # other prompts and lengths, in the warm-up's buffer
         warm = len(prompts[0]) + WARM_TOKENS
         assert compiled.buffer_length(len(prompt) + n, window) == compiled.buffer_length(warm, window)
-        for b in (8, 5, 2, "auto"):
-            speculative_generate(target, drafter, prompt, n, block_size=b, compile=True)
+        for b in (8, 5, 2, auto):
+            speculative_generate(target, compile_drafter(drafter), prompt, n, block_size=b)
     assert compiled.graphs_compiled() == before, \
         f"{compiled.graphs_compiled() - before} graphs compiled after the warm-up"
-    speculative_generate(target, drafter, prompts[2], 100, block_size=8, compile=True)   # the control
+    speculative_generate(target, compile_drafter(drafter), prompts[2], 100, block_size=8)   # the control
     assert compiled.graphs_compiled() > before, "a new buffer length compiled no graph: the count is blind"
 
 
@@ -108,8 +110,8 @@ def test_compiled_sampled_output_has_exactly_the_targets_distribution():
     exact = exact_distribution(target, 1.0, None, None)
     g, counts, lengths, before = torch.Generator().manual_seed(3), {}, [], compiled.graphs_compiled()
     for _ in range(N_SAMPLES):
-        out, stats = speculative_generate(target, drafter, PROMPT, H, block_size=4, temperature=1.0,
-                                          verifier="rejection", generator=g, compile=True)
+        out, stats = speculative_generate(target, compile_drafter(drafter), PROMPT, H, block_size=4,
+                                          temperature=1.0, verifier="rejection", generator=g)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         lengths += stats.acceptance_lengths
     assert compiled.graphs_compiled() > before, "the float64 drafter ran no compiled graph of its own"
@@ -124,7 +126,7 @@ def test_a_drafter_without_the_compiled_pass_refuses_to_compile(smoke, kind):
     other = (PromptLookupDrafter(target, 4) if kind == "prompt lookup"
              else NoFeatureDrafter(drafter.config, target))
     with pytest.raises(ValueError, match="no pass to compile"):
-        speculative_generate(target, other, prompts[0], 8, compile=True)
+        speculative_generate(target, compile_drafter(other), prompts[0], 8)
 
 
 def test_calibrate_compile_writes_a_batch_1_table_that_only_compiled_decoding_reads(warmed, smoke_out):
@@ -148,8 +150,8 @@ def test_compiled_auto_decides_by_the_compiled_table_and_eager_auto_by_the_eager
                                                                                  sampled={"1": dear}))
     use_table(drafter, [*read_costs(str(smoke_out)), entry])
     try:
-        _, fast = speculative_generate(target, drafter, prompts[0], 20, block_size="auto", compile=True)
-        _, eager = speculative_generate(target, drafter, prompts[0], 20, block_size="auto")
+        _, fast = speculative_generate(target, compile_drafter(drafter), prompts[0], 20, block_size=auto)
+        _, eager = speculative_generate(target, drafter, prompts[0], 20, block_size=auto)
     finally:
         use_table(drafter, read_costs(str(smoke_out)))
     assert set(fast.block_sizes) == {1}, f"compiled auto drafted against its table: {fast.block_sizes}"

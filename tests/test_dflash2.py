@@ -7,18 +7,14 @@ import torch
 
 from helpers import tiny_drafter, tiny_target
 from nanodflash.dflash2 import CandidateSelector, DFlash2Drafter, GroupedDynamicCausalConv
-from nanodflash.drafter_loss import loss_decay_weights
 from nanodflash.exercises.models import tiny_dflash2
 from nanodflash.exercises.oracle import reference_walk
+from nanodflash.ext.plain_batch import generate_sequences
+from nanodflash.loss import loss_decay_weights
 from nanodflash.sampling import DraftRule, draft_temperature
 from nanodflash.speculative import generate, speculative_generate
-from nanodflash.train_drafter import (
-    DraftTraining,
-    generate_sequences,
-    measure_tau,
-    slot_accuracy,
-    train_drafter,
-)
+from nanodflash.tools.evaluate import measure_tau, slot_accuracy
+from nanodflash.train import DraftTraining, train_drafter
 from test_sampling_exact import N_OTHER_PATHS, chi_square_p_value, exact_distribution, speculative_counts
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]

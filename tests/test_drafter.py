@@ -7,8 +7,8 @@ import torch
 
 from helpers import tiny_drafter
 from nanodflash.drafter import default_target_layer_ids, training_mask
-from nanodflash.drafter_loss import loss_decay_weights
 from nanodflash.exercises.oracle import reference_mask
+from nanodflash.loss import loss_decay_weights
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,4 +1,4 @@
-"""One drafter interface: a new drafter kind is one class (nanodflash/drafting.py), and every decoder runs it.
+"""One drafter interface: a new drafter kind is one class (nanodflash/drafter.py), and every decoder runs it.
 
 The kind added here is a bigram table: slot t's scores are the table's row for the token drafted before it.
 It has real top-K candidates (which differ by parent, so trees branch) and a real sampled q (the row after
@@ -15,7 +15,6 @@ import torch
 
 from helpers import MASK_ID, ROOT, tiny_target
 from nanodflash.drafter import DrafterConfig
-from nanodflash.drafting import TokenContext
 from nanodflash.exercises.models import small_target
 from nanodflash.exercises.oracle import (
     ALPHA,
@@ -31,6 +30,7 @@ from nanodflash.ext.tree import tree_speculative_generate
 from nanodflash.sampling import draft_temperature
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.baselines import ARDrafter
+from nanodflash.tools.prompt_lookup import TokenContext
 
 
 class BigramDrafter(TokenContext):
@@ -197,7 +197,7 @@ def test_the_kind_check_finds_a_kind_test(tmp_path):
 
 
 def test_a_drafter_batched_row_by_row_takes_auto_block_sizes_and_stays_exact():
-    # an autoregressive chain drafter batches row by row (drafting.RowByRow); "auto" times its batched
+    # an autoregressive chain drafter batches row by row (ext/drafter_rows.RowByRow); "auto" times its batched
     # steps, rewinding the rows' contexts between timed calls
     target = tiny_target()
     cfg = DrafterConfig.for_target(target.config, MASK_ID, n_layer=1, block_size=8, n_target_layers=2)

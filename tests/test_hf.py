@@ -27,7 +27,7 @@ from nanodflash.store import checkpoint, run_folder
 from nanodflash.store.tokenizer import ENDOFTEXT, special_ids, train_tokenizer
 from nanodflash.tools import hf
 from nanodflash.tools.baselines import ARDrafter
-from nanodflash.train_drafter import DraftTraining, train_drafter
+from nanodflash.train import DraftTraining, train_drafter
 
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("dflash")):
     pytest.skip("transformers and dflash are test dependencies: run the README's test command",

@@ -89,6 +89,11 @@ def test_the_instrument_check_catches_a_timer_and_a_callback(tmp_path):
     assert _instruments(_function(fake, "speculative_step")) == ["on_step", "perf_counter", "time"]
 
 
+# the classes with methods speculative.py may have: none carries a step's phases
+RECORDS_AND_POLICIES = {"SpecStats": "a run's record: record() appends a step's numbers, tau sums them",
+                        "FixedBlockSize": "the fixed block-size policy: next() and update() of a constant"}
+
+
 def test_the_speculative_step_is_one_function_and_the_loop_a_short_loop_over_it_with_nothing_around():
     path = CORE / "speculative.py"
     step, loop = _function(path, "speculative_step"), _function(path, "speculative_generate")
@@ -100,7 +105,7 @@ def test_the_speculative_step_is_one_function_and_the_loop_a_short_loop_over_it_
         assert not _instruments(fn), \
             f"{fn.name} times, records or calls back ({_instruments(fn)}): tools/watch.py does that"
     classes = [n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)
-               and any(isinstance(m, ast.FunctionDef) for m in n.body)]
+               and any(isinstance(m, ast.FunctionDef) for m in n.body) and n.name not in RECORDS_AND_POLICIES]
     assert not classes, f"speculative.py has classes with methods {classes}: the step is a function"
 
 

@@ -5,9 +5,10 @@ import torch
 
 from helpers import OracleDrafter, greedy_continuation, tiny_drafter, tiny_target
 from nanodflash.dflash2 import DFlash2Config, DFlash2Drafter
+from nanodflash.ext.plain_batch import generate_sequences
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.measure import BANDS, band_counts, format_bands, step_starts, tau_by_band
-from nanodflash.train_drafter import DraftTraining, generate_sequences, train_drafter
+from nanodflash.train import DraftTraining, train_drafter
 
 PROMPTS = [[7, 1, 4, 1, 5, 9, 2, 6], [5, 5, 20, 30, 40]]
 WINDOW = 320                                 # max_seq_len of the long-generation target: > 300 new tokens fit

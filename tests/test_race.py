@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from helpers import browser, run_command, visible
-from nanodflash.ext.block_policy import expected_tokens, linear_costs
+from nanodflash.ext.block_policy import auto, expected_tokens
+from nanodflash.ext.step_costs import linear_costs
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.race import record_race
 from nanodflash.tools.race_page import note
@@ -56,7 +57,7 @@ def test_sampled_lanes_are_the_decoders_own_seeded_samples(small):
     assert race["lanes"][0]["output"] == generate(target, [1, 2], 12, temperature=0.9, generator=g), \
         "the plain sampling lane is not plain sampling with the race's seed"
     g = torch.Generator().manual_seed(7)
-    path, _ = speculative_generate(target, drafter, [1, 2], 12, block_size="auto", temperature=0.9,
+    path, _ = speculative_generate(target, drafter, [1, 2], 12, block_size=auto, temperature=0.9,
                                    generator=g)
     assert race["lanes"][1]["output"] == path, "the sampled path lane is not the decoder's seeded sample"
     assert "exact sample" in note(race), "a sampled race does not say why its texts differ"

@@ -1,4 +1,4 @@
-"""Distribution matching (distill.py): the soft targets are the target's own next-token distributions at
+"""Distribution matching (loss.py): the soft targets are the target's own next-token distributions at
 the right positions, the soft loss is smallest when q equals them, the selector's targets are the target's
 probabilities of its candidates, and training with it brings q closer to p than training on tokens alone;
 greedy/sampled data mixes come out in the asked proportion."""
@@ -6,17 +6,16 @@ greedy/sampled data mixes come out in the asked proportion."""
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.distill import block_soft_targets, candidate_soft_targets, mix_soft, soft_targets
-from nanodflash.drafter_loss import loss_decay_weights
-from nanodflash.speculative import generate
-from nanodflash.train_drafter import (
-    DraftTraining,
-    generate_mix,
-    generate_sequences,
-    sample_anchors,
-    target_features,
-    train_drafter,
+from nanodflash.ext.plain_batch import generate_mix, generate_sequences
+from nanodflash.loss import (
+    block_soft_targets,
+    candidate_soft_targets,
+    loss_decay_weights,
+    mix_soft,
+    soft_targets,
 )
+from nanodflash.speculative import generate
+from nanodflash.train import DraftTraining, sample_anchors, target_features, train_drafter
 
 
 def test_soft_target_of_slot_k_is_the_targets_distribution_for_the_token_at_anchor_plus_k():

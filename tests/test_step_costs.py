@@ -14,8 +14,8 @@ import torch
 
 from helpers import ROOT, tiny_drafter
 from nanodflash.ext.batch import batch_costs
-from nanodflash.ext.block_policy import linear_costs
-from nanodflash.ext.step_costs import cost_key, costs_for, default_costs, fix_costs
+from nanodflash.ext.block_policy import auto
+from nanodflash.ext.step_costs import cost_key, costs_for, default_costs, fix_costs, linear_costs
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.store.run_folder import COSTS, read_costs, write_costs
 from nanodflash.tools.calibrate import calibrate, relative_costs
@@ -29,10 +29,11 @@ sys.path.insert(0, "tests")
 torch.set_num_threads(1)
 from test_step_costs import decode
 from nanodflash import load, speculative_generate
+from nanodflash.ext.block_policy import auto
 models = load(sys.argv[1], sampling=True)
 print(json.dumps(decode(sys.argv[1], models)))
 tok, target, drafter = models                     # a second auto run of the loaded drafter: still one note
-speculative_generate(target, drafter, tok.encode_ordinary("x = 1"), 8, block_size="auto", temperature=0.7)
+speculative_generate(target, drafter, tok.encode_ordinary("x = 1"), 8, block_size=auto, temperature=0.7)
 """
 
 
@@ -41,7 +42,7 @@ def decode(folder, models=None):
     import nanodflash
     tok, target, drafter = models or nanodflash.load(str(folder), sampling=True)
     prompt = tok.encode_ordinary("def f(x):\n    return")
-    out, st = speculative_generate(target, drafter, prompt, 40, block_size="auto", temperature=0.7,
+    out, st = speculative_generate(target, drafter, prompt, 40, block_size=auto, temperature=0.7,
                                    top_p=0.95, generator=torch.Generator().manual_seed(7))
     return dict(tokens=out, sizes=st.block_sizes)
 
@@ -152,7 +153,7 @@ def test_a_fixed_table_replaces_the_folders_and_the_costs_drive_the_block_sizes(
 
     def run():
         g = torch.Generator().manual_seed(5)
-        return speculative_generate(target, drafter, PROMPT, 30, block_size="auto", temperature=1.0,
+        return speculative_generate(target, drafter, PROMPT, 30, block_size=auto, temperature=1.0,
                                     generator=g)
     (out1, st1), (out2, st2) = run(), run()
     assert out1 == out2 and st1.block_sizes == st2.block_sizes, "same seed, same costs: the same run"
@@ -167,7 +168,7 @@ def test_greedy_output_does_not_depend_on_the_costs(target):
     reference = generate(target, PROMPT, 30)
     for costs in (linear_costs(8, 1.0, 0.0), linear_costs(8, 1.6, 0.1), linear_costs(8, 9.0, 1.0)):
         fix_costs(drafter, costs)
-        out, _ = speculative_generate(target, drafter, PROMPT, 30, block_size="auto")
+        out, _ = speculative_generate(target, drafter, PROMPT, 30, block_size=auto)
         assert out == reference, f"costs {costs[:3]}...: greedy output changed with the costs"
 
 

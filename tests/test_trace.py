@@ -16,7 +16,7 @@ from nanodflash.tools.prompt_lookup import PromptLookupDrafter
 from nanodflash.tools.repetition import repetition
 from nanodflash.tools.trace import TraceRecorder, replay
 from nanodflash.tools.trace_page import embedded_json, viewer_html, write_page
-from nanodflash.tools.watch import watched_generate
+from nanodflash.tools.watch import policy, watched_generate
 
 PROMPT = [7, 1, 4, 1, 5, 9, 2, 6]
 
@@ -75,7 +75,7 @@ def test_the_watched_loop_decodes_exactly_as_speculative_generate_with_or_withou
     target, n = drafter.target, 40 if kw == {} else 12
     prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2] if name == "prompt lookup" else [1, 2]
     for block_size in (None, 3, "auto"):
-        want, want_stats = speculative_generate(target, drafter, prompt, n, block_size=block_size,
+        want, want_stats = speculative_generate(target, drafter, prompt, n, block_size=policy(block_size),
                                                 generator=torch.Generator().manual_seed(3), **kw)
         for on_step in (None, lambda record: None):
             got, stats = watched_generate(target, drafter, prompt, n, block_size=block_size, on_step=on_step,

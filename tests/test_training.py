@@ -5,14 +5,9 @@ import re
 import torch
 
 from helpers import tiny_drafter, tiny_target
-from nanodflash.train_drafter import (
-    DraftTraining,
-    generate_sequences,
-    measure_tau,
-    sample_anchors,
-    slot_accuracy,
-    train_drafter,
-)
+from nanodflash.ext.plain_batch import generate_sequences
+from nanodflash.tools.evaluate import measure_tau, slot_accuracy
+from nanodflash.train import DraftTraining, sample_anchors, train_drafter
 
 
 def test_sampled_anchors_stay_inside_the_sequence_and_after_min_anchor():

@@ -81,7 +81,7 @@ EXERCISES = [
              "broadcast, and concatenate along the last dimension.",
              (ct.claim_training_mask_equals_the_plain_loop_reference,
               ct.claim_training_mask_is_made_on_the_anchors_device)),
-    Exercise("loss_decay_weights", "nanodflash.drafter_loss",
+    Exercise("loss_decay_weights", "nanodflash.loss",
              "training what matters: '1. Loss-decay weights'", 10,
              "the paper's loss weight per slot: early slots matter most",
              "w_k = exp(-(k-1)/gamma) for k = 1..B-1 and 0 for slot 0; gamma None: 7 for B=16, 5 for 10, 4 "

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from ..drafter_loss import loss_decay_weights
+from ..loss import loss_decay_weights
 from .check import Failed
 from .oracle import reference_mask
 

@@ -11,10 +11,10 @@ logits, so a walk that ignored the predecessor would still draw the right tokens
 import torch
 
 from ..dflash2 import DFlash2Config, DFlash2Drafter
-from ..drafter import Drafter, DrafterConfig
-from ..drafting import DrafterInterface, TokenContext
+from ..drafter import Drafter, DrafterConfig, DrafterInterface
 from ..gpt import GPT, GPTConfig
 from ..speculative import generate
+from ..tools.prompt_lookup import TokenContext
 
 VOCAB = 64              # the default tiny vocabulary; its last id is the drafter's mask token
 MASK_ID = VOCAB - 1

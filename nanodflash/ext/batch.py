@@ -23,13 +23,14 @@ from functools import partial
 
 import torch
 
-from ..loop import SpecStats, TimedStats, step_tokens
-from ..speculative import draft_rule, verify_block
+from ..speculative import SpecStats, draft_rule, step_tokens, verify_block
 from ..verify import greedy_verify
 from .batch_policy import BatchBlockSize
 from .block_policy import block_sizes, prior
+from .drafter_rows import new_rows
 from .plain_batch import PlainBatch, generate_batch
 from .step_costs import costs_for
+from .timing import TimedStats
 
 # generate_batch (plain batched decoding) lives in plain_batch.py; it is importable from here too
 __all__ = ["BatchStats", "SpecBatch", "batch_costs", "generate_batch", "speculative_generate_batch"]
@@ -69,7 +70,7 @@ class SpecBatch(PlainBatch):
             block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature
-        self.context = drafter.new_rows(len(prompts), self.max_len)   # the drafter's context, row by row
+        self.context = new_rows(drafter, len(prompts), self.max_len)   # the drafter's context, row by row
         self.stats = BatchStats(rows=[SpecStats() for _ in prompts], target_cache=self.cache,
                                 draft_cache=self.context)
 

@@ -8,6 +8,7 @@ average
     E(n) = 1 + a_1 + a_1 a_2 + ... + a_1 a_2 ... a_n  tokens,  and costs  cost(n)
 
 steps without drafts (cost(0) = 1), cost(n) measured on the machine and models that decode (step_costs.py).
+For the batch-1 decoder: speculative_generate(..., block_size=auto).
 It drafts the n in 1..B-1 that maximises E(n) / cost(n), or nothing at all (a plain step, block size 1) when
 even that n does not pay: E(n) / cost(n) <= E(0) / cost(0) = 1.
 
@@ -20,6 +21,7 @@ measure nothing, so during them the counts relax toward the prior and drafting i
 example, with a 1-draft step costing 1.3 steps without drafts and each more slot 2.5% of that
 (`linear_costs`), and the same rate in every slot:
 
+    >>> from nanodflash.ext.step_costs import linear_costs
     >>> costs = linear_costs(16, step_cost=1.3, slot_cost=0.025)
     >>> [AdaptiveBlockSize(16, costs, alpha=a).next() for a in (0.3, 0.55, 0.75, 0.9)]  # anchor + n drafts
     [3, 6, 9, 16]
@@ -28,15 +30,13 @@ Lossless whatever it picks: the block size of a step depends only on what the ru
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
+from ..speculative import FixedBlockSize
+from .step_costs import costs_for
+
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
 PRIOR_ALPHA, PRIOR_WEIGHT = 0.75, 4.0     # the acceptance assumed before any step, worth 4 slots' evidence
 SAMPLED_PRIOR_ALPHA = 0.5   # the same when sampling: the sampling drafter keeps 0.55 of its slots at T=0.7
 SHRINK = 2.0        # a slot's rate is its counts plus the previous slot's rate worth this many slots
-
-
-def linear_costs(max_block_size, step_cost, slot_cost):
-    """A simple cost model: cost(0) = 1, cost(n) = step_cost * (1 + slot_cost * (n - 1)) for n >= 1."""
-    return [1.0] + [step_cost * (1 + slot_cost * (n - 1)) for n in range(1, max_block_size)]
 
 
 def expected_tokens(rates):
@@ -59,33 +59,29 @@ def prior(sampled):
     return SAMPLED_PRIOR_ALPHA if sampled else PRIOR_ALPHA
 
 
+def auto(drafter, sampling):
+    """The block-size policy `auto` for speculative_generate(block_size=auto): an AdaptiveBlockSize pricing
+    drafts by the drafter's step costs at batch 1 (step_costs.costs_for; a compiled drafter's own table)."""
+    sampled = not sampling.greedy
+    costs = costs_for(drafter, 1, sampled, getattr(drafter, "compiled", False))
+    return AdaptiveBlockSize(drafter.block_size, costs, alpha=prior(sampled))
+
+
 def block_sizes(block_size, max_block_size, costs=None, sampled=False):
     """The block size of every step, as one object: `next()` before a step,
     `update(n_drafts, n_accepted)` after.
 
-    block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto".
+    block_size: None = the drafter's own (max_block_size), an int in [1, max_block_size], or "auto" (or
+    `auto` itself).
     costs: for "auto", a function that returns [cost(n) for n in 0..B-1] (step_costs.costs_for); sampled:
     whether the run samples (the prior)."""
-    if block_size == "auto":
+    if block_size == "auto" or block_size is auto:
         return AdaptiveBlockSize(max_block_size, costs(), alpha=prior(sampled))
     B = max_block_size if block_size is None else block_size
     if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
         raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter "
                          f"was trained with block_size={max_block_size}), got {block_size!r}")
     return FixedBlockSize(int(B))
-
-
-class FixedBlockSize:
-    """The same block size every step."""
-
-    def __init__(self, block_size):
-        self.block_size = block_size
-
-    def next(self):
-        return self.block_size
-
-    def update(self, n_drafts, n_accepted):
-        pass
 
 
 def relax_share(relax):

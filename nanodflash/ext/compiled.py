@@ -1,6 +1,6 @@
 """The drafter's pass compiled (torch.compile, gpt-fast style): the same modules, in shapes a compiler keeps.
 
-    tokens, stats = speculative_generate(target, drafter, prompt, n, compile=True)
+    tokens, stats = speculative_generate(target, compile_drafter(drafter), prompt, n)
     python -m nanodflash.tools.calibrate --out out --compile    # the step costs "auto" reads when compiled
 
 A drafter pass is many small tensor operations (2 layers, a block of 2-16 slots), so on a CPU much of its
@@ -85,13 +85,38 @@ class CompiledCache(ContextCache):
 
 
 def new_cache(drafter, max_len):
-    """A CompiledCache for `drafter` (one whose `compiles` is True) and a request of `max_len` positions: a
-    buffer of one of a few lengths (buffer_length), so that requests of many lengths share a graph."""
-    if not drafter.compiles:
-        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it with compile=False")
+    """A CompiledCache for `drafter` (one whose `uses_block_pass` is True) and a request of `max_len`
+    positions: a buffer of one of a few lengths (buffer_length), so that requests of many lengths share a
+    graph."""
+    if not drafter.uses_block_pass:
+        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it as it is")
     p = next(drafter.parameters())
     length = buffer_length(max_len, drafter.target.config.max_seq_len) + drafter.block_size
     return CompiledCache(drafter.config, 1, length, p.device, p.dtype)
+
+
+class CompiledDrafter:
+    """`drafter` with its block pass compiled: its caches are CompiledCaches, every other method and
+    attribute is the drafter's own. What the decoders see is a drafter; nothing in them knows it is
+    compiled, except `compiled`, which picks the compiled pass's step costs (step_costs.costs_for)."""
+
+    compiled = True
+
+    def __init__(self, drafter):
+        new_cache(drafter, 1)                       # the check: a drafter with a block pass to compile
+        self.drafter = drafter
+
+    def new_cache(self, max_len):
+        return new_cache(self.drafter, max_len)
+
+    def __getattr__(self, name):
+        return getattr(self.drafter, name)
+
+
+def compile_drafter(drafter):
+    """`drafter` decoded with its block pass compiled (the first decode compiles it, seconds to a minute):
+    speculative_generate(target, compile_drafter(drafter), ...)."""
+    return CompiledDrafter(drafter)
 
 
 def graphs_compiled():

@@ -1,15 +1,22 @@
 """A DFlash drafter's context for many rows at once: one drafter pass drafts every row's block.
 
-The batched decoder (batch.py) asks a drafter for `new_rows(rows, max_len)`; a DFlash drafter (drafter.py,
-dflash2.py) answers with `RaggedRows`, the row-batched form of its batch-1 pieces: the context projection
-(`Drafter.context_kv`), the block pass (`Drafter.block_pass`) and the choice of drafts (`Drafter.pick`). Rows
-have their own lengths (ragged_cache.py): row r's block sits at its own positions and sees its own context
-and only its first sizes[r] slots, so its drafts are those of a block of sizes[r] alone.
+The batched decoder (batch.py) asks `new_rows(drafter, rows, max_len)`; a DFlash drafter (drafter.py,
+dflash2.py: `uses_block_pass`) gets `RaggedRows`, the row-batched form of its batch-1 pieces: the context
+projection (`Drafter.context_kv`), the block pass (`Drafter.block_pass`) and the choice of drafts
+(`Drafter.pick`). Rows have their own lengths (ragged_cache.py): row r's block sits at its own positions and
+sees its own context and only its first sizes[r] slots, so its drafts are those of a block of sizes[r] alone.
+Any other drafter gets `RowByRow`: one batch-1 context per row, drafted row by row.
 """
 
 import torch
 
 from .ragged_cache import RaggedKVCache
+
+
+def new_rows(drafter, rows, max_len):
+    """The drafter's context for `rows` sequences decoded together: RaggedRows where the drafter drafts by
+    its block pass, else RowByRow."""
+    return (RaggedRows if drafter.uses_block_pass else RowByRow)(drafter, rows, max_len)
 
 
 class RaggedRows:
@@ -78,3 +85,39 @@ class RaggedRows:
         out = [self.drafter.pick(hidden[r, : n - 1], logits[r, : n - 1], int(anchors[r]), choose)
                for r, n in enumerate(sizes)]
         return [t for t, _ in out], [q for _, q in out]
+
+
+class RowByRow:
+    """The batched decoder's drafter context for any drafter: one batch-1 cache per row, drafted row by row,
+    so every row drafts exactly what it drafts alone. A drafter that can batch its rows returns its own
+    (RaggedRows) with the same methods."""
+
+    def __init__(self, drafter, rows, max_len):
+        self.drafter = drafter
+        self.caches = [drafter.new_cache(max_len) for _ in range(rows)]
+
+    def keep(self, index):
+        """Keep the rows `index` (new row p is old row index[p])."""
+        self.caches = [self.caches[i] for i in index]
+
+    def extend(self, feats, tokens, counts, lazy=False):
+        """Append row r's first counts[r] positions: feats (R, t, F), tokens (R, t)."""
+        for r, (cache, n) in enumerate(zip(self.caches, counts)):
+            self.drafter.extend(cache, feats[r:r + 1, :n], tokens[r:r + 1, :n])
+
+    def project_context(self):
+        for cache in self.caches:
+            self.drafter.project_context(cache)
+
+    def mark(self):
+        return [self.drafter.mark(c) for c in self.caches]
+
+    def rewind(self, marks):
+        for cache, mark in zip(self.caches, marks):
+            self.drafter.rewind(cache, mark)
+
+    def draft(self, anchors, T, sizes, choose):
+        """Row r's sizes[r] - 1 drafts after anchors[r] -> (drafts per row, q per row or None)."""
+        out = [self.drafter.draft(c, int(a), n - 1, choose) for c, a, n in zip(self.caches, anchors, sizes)]
+        return [d for d, _ in out], [q for _, q in out]
+

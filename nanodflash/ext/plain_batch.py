@@ -7,10 +7,12 @@ The rows of a batch share one target forward per step. Each row keeps its own le
 Every row is what plain decoding of its prompt alone gives (speculative.generate).
 """
 
+import time
+
 import torch
 
-from ..loop import check_request, finished
 from ..sampling import Sampling
+from ..speculative import check_request, finished
 from .ragged_cache import RaggedKVCache, compact
 
 
@@ -103,3 +105,34 @@ def generate_batch(target, prompts, max_new_tokens, temperature=0.0, top_k=None,
     while batch.drop_finished():
         batch.plain_step()
     return batch.outs
+
+
+@torch.no_grad()
+def generate_sequences(target, ids, n_seqs, prompt_len, gen_len, temperature=0.0, top_k=None,
+                       batch_size=64, seed=0, log=print):
+    """(n_seqs, prompt_len + gen_len) LongTensor: random prompts from `ids`, continued by the target,
+    batch_size rows at a time (plain batched decoding, plain_batch.generate_batch)."""
+    g = torch.Generator().manual_seed(seed)
+    out, t0 = [], time.perf_counter()
+    for b0 in range(0, n_seqs, batch_size):
+        n = min(batch_size, n_seqs - b0)
+        starts = torch.randint(0, ids.numel() - prompt_len, (n,), generator=g)
+        prompts = [ids[s: s + prompt_len].tolist() for s in starts]
+        continued = generate_batch(target, prompts, gen_len, temperature, top_k, generator=g)
+        out.append(torch.tensor([p + c for p, c in zip(prompts, continued)]))          # (n, prompt + gen)
+        done = b0 + n
+        log(f"[data] {done}/{n_seqs} sequences | "
+            f"{done * gen_len / (time.perf_counter() - t0):.0f} generated tok/s")
+    return torch.cat(out)
+
+
+def generate_mix(target, ids, n, greedy_frac, seed, kw):
+    """n target continuations (generate_sequences with keyword args kw): round(n * greedy_frac) greedy ones,
+    the rest at kw["temperature"] (all greedy when that is 0). Without a greedy part: one plain call."""
+    n_greedy = n if kw.get("temperature", 0) == 0 else round(n * greedy_frac)
+    parts = ([generate_sequences(target, ids, n_greedy, seed=seed, **{**kw, "temperature": 0.0})]
+             if n_greedy else [])
+    if n_greedy < n:                                   # other prompts than the greedy part's (another seed)
+        parts.append(generate_sequences(target, ids, n - n_greedy, seed=seed + 7919 if n_greedy else seed,
+                                        **kw))
+    return torch.cat(parts)

@@ -53,7 +53,7 @@ class SampledTree(Tree):
 def sample_tree(q_at, anchor, n_draft, tree_nodes, widths=WIDTHS, generator=None):
     """Best first by path probability under q: the node that scores best makes its draws (its children),
     until the tree holds tree_nodes draft nodes. q_at(t, prev) -> (V,) from the drafter's
-    `draft_distribution` (drafting.py)."""
+    `draft_distribution` (drafter.py)."""
     tree = SampledTree.root(anchor)
     heap = [(-0.0, 0)] if n_draft and tree_nodes else []                         # (-path log q, node)
     while heap and len(tree) <= tree_nodes:

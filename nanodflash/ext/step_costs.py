@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .block_policy import linear_costs
-
 MODES = {False: "eager", True: "compiled"}     # the key's compile mode: the drafter's pass compiled or not
 # The default costs, linear in the drafts per row: rows -> (cost of a step with one draft, the growth per
-# further draft as a share of it), block_policy.linear_costs. Fitted to a default run's table (make demo,
+# further draft as a share of it), linear_costs. Fitted to a default run's table (make demo,
 # then calibrate; the machine and the fit: docs/log.md); from 2 rows on, a batched step in plain batched
 # steps (tools/calibrate.py).
 DEFAULT_COSTS = {1: (1.57, 0.022), 2: (1.55, 0.027), 4: (1.53, 0.045), 8: (1.52, 0.099), 16: (1.78, 0.125),
@@ -96,6 +94,11 @@ def fix_costs(drafter, costs, rows=1, sampled=None):
         key = str(cost_key(drafter.target, compiled))
         for kind in (False, True) if sampled is None else (sampled,):
             book_of(drafter).fixed[key, rows, kind] = list(costs)
+
+
+def linear_costs(max_block_size, step_cost, slot_cost):
+    """A simple cost model: cost(0) = 1, cost(n) = step_cost * (1 + slot_cost * (n - 1)) for n >= 1."""
+    return [1.0] + [step_cost * (1 + slot_cost * (n - 1)) for n in range(1, max_block_size)]
 
 
 def use_table(drafter, entries):

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..loop import StepRecord, TimedStats, check_request, finished, prefill, rng_state, step_tokens
 from ..sampling import Sampling, probs_from_logits, sample
+from ..speculative import check_request, finished, prefill, step_tokens
+from .timing import TimedStats, WatchedStep, rng_state
 
 # path scores = log-softmax(drafter scores / this): sharpens a soft-label drafter's scores
 TREE_TEMPERATURE = 0.5
@@ -93,7 +94,7 @@ class TreeStats(TimedStats):
 def build_tree(anchor, cand, logp, tree_nodes, branching=None):
     """Best-first: the tree_nodes highest-scoring path prefixes (at most `branching` children per node).
 
-    cand (n, K), logp (n, K, K) from the drafter's `candidates` (drafting.py). Lazy expansion keeps the heap
+    cand (n, K), logp (n, K, K) from the drafter's `candidates` (drafter.py). Lazy expansion keeps the heap
     small: a node enters the heap when its previous sibling (or, for a first child, its parent) is taken, so
     each step pushes <= 2."""
     n, K = cand.shape
@@ -229,7 +230,7 @@ def decode(step, prompt, max_new_tokens, stops):
 class Instruments:
     """A tree step, watched: its drafter work (draft, extend) and target work (verify, keep) timed into
     `stats`, and, with an on_step callback, the generator's state captured before verification and a
-    StepRecord handed over after keep, before the drafter's context is extended. The step never sees any of
+    WatchedStep handed over after keep, before the drafter's context is extended. The step never sees any of
     it."""
 
     def __init__(self, step, stats, generator=None, on_step=None):
@@ -254,7 +255,7 @@ class Instruments:
             self.step.keep(drafted, verdict, new)
         if self.on_step:
             s, (d0, v0) = self.stats, self.timed
-            self.on_step(StepRecord(
+            self.on_step(WatchedStep(
                 anchor=drafted.anchor, drafts=drafted.drafts, q=drafted.q, target_logits=verdict.logits,
                 accepted=len(verdict.accepted), new=new, start=self.start, end=self.step.cache.length,
                 draft_cache=self.step.dcache, draft_s=s.draft_time - d0, verify_s=s.verify_time - v0,
@@ -319,7 +320,7 @@ def tree_speculative_generate(target, drafter, prompt_ids, max_new_tokens, tree_
     draws (temperature > 0): None, the top-K tree above; sampled_tree.SampledDraws(widths), a tree of drafts
     sampled from the drafter, verified by recursive rejection (sampled_tree.py), which takes no branching
     or tree_temperature (those shape top-K trees).
-    on_step: as for speculative_generate; its StepRecord carries the tree and the accepted path."""
+    on_step: as for speculative_generate; its WatchedStep carries the tree and the accepted path."""
     prompt, stops = check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
                                   stop_token_ids)
     window = target.config.max_seq_len

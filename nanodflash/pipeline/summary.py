@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from ..store import run_folder
 from ..tools.bench_methods import SAMPLED
+from ..tools.evaluate import slot_accuracy
 from ..tools.measure import format_bands, side_by_side, tau_by_band
 from ..tools.repetition import pooled_repetition
-from ..train_drafter import slot_accuracy
 from .record import file_hash
 
 SAMPLED_PROMPTS = 16    # prompts of the sampled line: a first look in seconds; the benchmark measures it

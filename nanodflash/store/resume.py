@@ -20,6 +20,7 @@ stops at once (the last periodic save stands). A process killed outright (kill -
 most RESUME_EVERY_S seconds of training.
 
     resume = Resume(path, "target", settings, model=model, optimizer=opt, data_order=g, history=history)
+    train_target(..., resume=resume_file(path))    # what the training loops (train.py) take: a maker of one
     first = resume.restore(steps)                  # 0, or the step the file was saved after
     with resume.deferring_stop():
         for step in range(first, steps):
@@ -28,6 +29,7 @@ most RESUME_EVERY_S seconds of training.
 """
 
 import contextlib
+import functools
 import hashlib
 import os
 import signal
@@ -52,6 +54,28 @@ def data_hash(*tensors):
     return h.hexdigest()[:16]
 
 
+def hashed(settings):
+    """settings with the data in them as short hashes: a tensor, or a tuple of tensors (hashed together);
+    lists item by item.
+
+    >>> hashed({"data": (torch.zeros(2), torch.ones(2)), "long": [torch.zeros(2), 4], "lr": 0.1})["long"][1:]
+    [4]
+    """
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            return data_hash(v)
+        if isinstance(v, tuple) and all(isinstance(t, torch.Tensor) for t in v):
+            return data_hash(*v)
+        return [one(x) for x in v] if isinstance(v, list) else v
+    return {k: one(v) for k, v in settings.items()}
+
+
+def resume_file(path):
+    """What a training loop takes as `resume`: a Resume of `path` (None: nothing saved) for the loop's stage,
+    settings and state."""
+    return functools.partial(Resume, path)
+
+
 def differences(saved, now, prefix=""):
     """['steps (file: 40, now: 30)', 'config.n_layer (file: 2, now: 3)', ...] between two settings dicts."""
     out = []
@@ -70,7 +94,8 @@ class Resume:
     With path=None it does nothing: library callers (tests, notebooks) train without a file."""
 
     def __init__(self, path, stage, settings, every_s=None, log=print, **state):
-        self.path, self.stage, self.settings, self.state, self.log = path, stage, settings, state, log
+        self.path, self.stage, self.state, self.log = path, stage, state, log
+        self.settings = hashed(settings)
         self.every_s = RESUME_EVERY_S if every_s is None else every_s
         self.last_save, self.ctrl_c = time.monotonic(), False
 

@@ -10,6 +10,7 @@
                  run folder's costs.json, the table block_size="auto" decides by (ext/step_costs.py);
                  cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
                  fitted here and checked on held-out points, priced on GPUs from datasheets
+    evaluation   evaluate.py: how well a trained drafter drafts (per-slot accuracy, expected and measured τ)
     baselines    baselines.py (python -m nanodflash.tools.baselines): AR and no-feature drafters, trained;
                  baseline_report.py: what it prints, every drafter side by side; prompt_lookup.py:
                  drafting by copying, untrained

@@ -6,7 +6,7 @@ what the target's features are worth (the no-features drafter against its like-f
 import torch
 
 from ..speculative import DECODE_THREADS
-from ..train_drafter import measure_tau, slot_accuracy
+from .evaluate import measure_tau, slot_accuracy
 
 
 def report(out, drafter, models, data, eval_prompts, ar_ks):

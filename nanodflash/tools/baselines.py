@@ -52,12 +52,13 @@ import torch
 
 from ..dflash2 import DFlash2Drafter
 from ..drafter import Drafter, training_mask
-from ..drafting import RowByRow
 from ..store import checkpoint as ckpt
 from ..store import run_folder
-from ..train_drafter import DraftTraining, slot_accuracy, train_drafter
+from ..store.resume import resume_file
+from ..train import DraftTraining, train_drafter
 from .baseline_report import report
 from .cli import MAX_COUNT, check_device, ints
+from .evaluate import slot_accuracy
 
 AR, NOFEAT = "ar_drafter.pt", "drafter_nofeat.pt"
 AR_KS = (3, 7, 15)      # drafted tokens per step for the AR drafter's rows (here and in the benchmark)
@@ -91,11 +92,7 @@ class ARDrafter(Drafter):
     `config.block_size` is the longest chain + 1 (k <= block_size - 1). `mask_token_id` is unused.
     """
     kind = "ar"
-    compiles = False        # its chain drafts one slot a forward, not through the block pass compiled.py runs
-
-    def new_rows(self, rows, max_len):
-        """A chain is drafted one token at a time: rows are drafted row by row (drafting.RowByRow)."""
-        return RowByRow(self, rows, max_len)
+    uses_block_pass = False  # its chain drafts one slot a forward: batched row by row, never compiled
 
     def draft(self, cache, anchor, n_draft, choose):
         """n_draft tokens, one forward each. The first forward also projects the queued context (as
@@ -141,11 +138,7 @@ class NoFeatureDrafter(Drafter):
     stay in the state dict, unused, so the layout matches the DFlash drafter's.
     """
     kind = "nofeat"
-    compiles = False        # its blocks skip the context, not through the block pass compiled.py runs
-
-    def new_rows(self, rows, max_len):
-        """Its blocks see no context: rows are drafted row by row (drafting.RowByRow)."""
-        return RowByRow(self, rows, max_len)
+    uses_block_pass = False  # its blocks skip the context: batched row by row, never compiled
 
     def extend(self, cache, features, tokens=None):
         cache.length += features.size(1)      # positions still advance (RoPE); no context is kept
@@ -269,7 +262,7 @@ def train_baselines(out, target, drafter, data, recipe, fresh=False, device="cpu
             return {"expected_tau": slot_accuracy(m, data["val"], min_anchor=min_anchor)["expected_tau"]}
         how = DraftTraining(**recipe, min_anchor=min_anchor, eval_every=max(1, recipe["steps"] // 4))
         hist = train_drafter(d, data["train"], how, long_seqs=data.get("train_long"), eval_fn=eval_fn,
-                             resume=ckpt.resume_path(path))
+                             resume=resume_file(ckpt.resume_path(path)))
         save_baseline(path, d, hist)
         models[kind] = d
     return models

@@ -33,6 +33,7 @@ from ..store.run_folder import drafter_path, run_corpus
 from .cli import floats
 from .measure import bench_flags, bench_prompts, interleaved, machine
 from .repetition import pooled_repetition
+from .watch import policy
 
 N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
 GREEDY_B, SAMPLED_B = (4, 8, 16, "auto"), (2, 4, 8, "auto")    # the block sizes compared
@@ -54,8 +55,8 @@ def batch1_methods(drafter, sampling):
     """The batch-1 reference loop, one prompt at a time (R = 1 only), at the drafter's B (sampled: 4) and
     auto."""
     def run(b):
-        return lambda t, d, ps, n, g: ([speculative_generate(t, d, ps[0], n, block_size=b, generator=g,
-                                                             **sampling)[0]], None)
+        return lambda t, d, ps, n, g: ([speculative_generate(t, d, ps[0], n, block_size=policy(b),
+                                                             generator=g, **sampling)[0]], None)
     first = min(4, drafter.block_size) if sampling else drafter.block_size
     return [(f"batch-1 loop B={b}", run(b)) for b in (first, "auto")]
 

@@ -34,7 +34,7 @@ from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import floats, ints
 from .measure import bench_flags, bench_prompts, machine
-from .watch import watched_generate
+from .watch import policy, watched_generate
 
 N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
 
@@ -118,7 +118,7 @@ def sweep(target, drafter, prompts, max_new_tokens, sizes, temperatures, block_s
             lengths += stats.acceptance_lengths
         return sum(lengths) / max(len(lengths), 1)
     taus = {(None, None): tau(lambda p: speculative_generate(target, drafter, p, max_new_tokens,
-                                                             block_size=block_size))}
+                                                             block_size=policy(block_size)))}
     for s in temperatures:
         for N in sizes:
             taus[N, s] = tau(lambda p: tree_speculative_generate(target, drafter, p, max_new_tokens,

@@ -12,9 +12,10 @@
 
 import torch
 
-from ..drafting import DrafterInterface
+from ..drafter import DrafterInterface
 from ..speculative import generate, speculative_generate
 from ..verify import rejection_verify
+from .watch import policy
 
 # ----------------------------------------------------------------------------- oracle selector
 
@@ -68,7 +69,8 @@ def oracle_selector_stats(drafter, prompts, references, block_size, top_k=16):
     lengths, hits, slots = [], 0, 0
     for prompt, ref in zip(prompts, references):
         oracle = OracleSelector(drafter, list(prompt) + list(ref), top_k)
-        out, stats = speculative_generate(drafter.target, oracle, prompt, len(ref), block_size=block_size)
+        out, stats = speculative_generate(drafter.target, oracle, prompt, len(ref),
+                                          block_size=policy(block_size))
         if out != list(ref):
             raise ValueError("a reference is not the plain greedy output of its prompt: greedy speculative "
                              "decoding (lossless) produced something else")

@@ -23,7 +23,7 @@ Bands. Positions count the generated tokens from 1. Token 1 comes from the prefi
 draft+verify step starts at position 2, and step i starts right after the tokens of the steps before it. A
 step belongs to the band (lo, hi] in which its FIRST token lies, all of its tokens with it (a step that
 crosses a boundary is not split: τ is a per-step quantity). τ of a band = tokens emitted by its steps / its
-steps, pooled over prompts, as `train_drafter.measure_tau` pools.
+steps, pooled over prompts, as `evaluate.measure_tau` pools.
 
     _, stats = speculative_generate(target, drafter, prompt, 480)
     tau_by_band([stats.acceptance_lengths])        # {(0, 96): 4.1, (96, 240): 3.3, (240, 480): 3.0}
@@ -41,6 +41,7 @@ import torch
 from ..speculative import generate, speculative_generate
 from ..store.data import THIRD_PARTY_PACKAGE, third_party_prompts, val_prompts
 from .cli import MAX_COUNT, MAX_SEED, ints, threads
+from .watch import policy
 
 PROMPT_SETS = ("held_out", "third_party")     # the benchmarks' --prompts
 
@@ -158,8 +159,8 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
         g = torch.Generator().manual_seed(i)
         if method == "plain":
             return generate(target, p, new_tokens, generator=g, **kw), None
-        return decoder(target, drafter, p, new_tokens, block_size=block_size, verifier=verifier, generator=g,
-                       **kw)
+        return decoder(target, drafter, p, new_tokens, block_size=policy(block_size), verifier=verifier,
+                       generator=g, **kw)
 
     seconds, emitted, steps, pair = {"plain": 0.0, "speculative": 0.0}, 0, 0, {}
     device = next(target.parameters()).device

@@ -8,7 +8,7 @@ by copying from the prompt and the text so far, with no model at all). The bench
 
 import torch
 
-from ..drafting import TokenContext
+from ..drafter import DrafterInterface
 
 ONE_HOT_SCALE = 1e4     # logits of a copied token: exp(-1e4) underflows to 0, so q is exactly one-hot
 
@@ -29,6 +29,28 @@ def lookup(tokens, n_draft, max_ngram=3):
     return []
 
 
+class TokenContext(DrafterInterface):
+    """A drafter whose context is the verified token ids themselves, a plain list (prompt lookup, the
+    exercises' oracles): it asks the target for one layer's features and ignores them."""
+
+    def new_cache(self, max_len):
+        """The verified token ids, oldest first (`max_len` is not needed)."""
+        return []
+
+    def extend(self, cache, features, tokens):
+        """Append newly verified ids: tokens (1, t). `features` are unused."""
+        cache.extend(tokens[0].tolist())
+
+    def context_length(self, cache):
+        return len(cache)
+
+    def mark(self, cache):
+        return len(cache)
+
+    def rewind(self, cache, mark):
+        del cache[mark:]
+
+
 class PromptLookupDrafter(TokenContext):
     """Draft up to `n_draft` tokens per step by n-gram lookup in the prompt and the text generated so far.
 
@@ -42,7 +64,7 @@ class PromptLookupDrafter(TokenContext):
         context: ... a b c X Y Z ... a b c | anchor = c      last 3 tokens "a b c" occurred before,
                            ^^^^^ drafts: X Y Z (up to n_draft)  followed by X Y Z: draft those
 
-    It speaks the drafter interface (drafting.py, a TokenContext): it asks for one target layer's
+    It speaks the drafter interface (drafter.py, a TokenContext): it asks for one target layer's
     features (the loop hands every drafter features) and ignores them, its cache is the list of verified
     token ids, and `draft` hands `choose` one-hot logits, so the greedy and match rules pick exactly the
     copied tokens and the rejection rule sees a one-hot q (exact). Drafts may be fewer than asked, or none;

@@ -141,7 +141,7 @@ def texts(tok, prompt_ids, lanes_):
 
 
 def fit_linear(costs):
-    """(step_cost, slot_cost) of block_policy.linear_costs through a table's cost(1) and its last entry."""
+    """(step_cost, slot_cost) of step_costs.linear_costs through a table's cost(1) and its last entry."""
     step = costs[1]
     slot = (costs[-1] / step - 1) / (len(costs) - 2) if len(costs) > 2 else 0.0
     return step, slot

@@ -6,12 +6,12 @@
     trace = recorder.trace(prompt, tokens, settings={"checkpoint": "out"})     # JSON-ready dict
 
 The watched loops (tools/watch.py for a path, the tree decoder's own) call the recorder after each step
-(StepRecord, loop.py). What the loop does not keep, the recorder recomputes from what it does: the target's
-token at each position (its argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed from the
-generator's state before verification, on a copy: the run's generator is never touched), and what each slot
-chose among (the drafter's `slot_scores`, DFlash 2's selector scores: a second drafter pass on the same
-context, which drafting leaves as it was).
-None of it runs inside the timed sections, and none of it changes the run (tests/test_trace.py).
+(WatchedStep, ext/timing.py). What the loop does not keep, the recorder recomputes from what it does: the
+target's token at each position (its argmax), p(d) and q(d) of each draft, the verifier's uniforms (replayed
+from the generator's state before verification, on a copy: the run's generator is never touched), and what
+each slot chose among (the drafter's `slot_scores`, DFlash 2's selector scores: a second drafter pass on the
+same context, which drafting leaves as it was). None of it runs inside the timed sections, and none of it
+changes the run (tests/test_trace.py).
 """
 
 import torch

@@ -19,9 +19,11 @@ from dataclasses import replace
 
 import torch
 
-from ..loop import TimedStats, finished, prefill, rng_state
+from ..ext.block_policy import auto
+from ..ext.compiled import compile_drafter
+from ..ext.timing import TimedStats, WatchedStep, rng_state
 from ..sampling import Sampling
-from ..speculative import block_policy, speculative_step, start_request
+from ..speculative import block_sizes, finished, prefill, speculative_step, start_request
 
 
 class TimedTarget:
@@ -65,16 +67,23 @@ class TimedDrafter:
             self.drafter.extend(cache, *args)
 
 
+def policy(block_size):
+    """A block size as the tools spell it (None, an int or "auto") as speculative_generate takes it."""
+    return auto if block_size == "auto" else block_size
+
+
 @torch.no_grad()
 def watched_generate(target, drafter, prompt_ids, max_new_tokens, block_size=None, temperature=0.0,
                      top_k=None, top_p=None, verifier="rejection", stop_token_ids=None, generator=None,
                      compile=False, on_step=None):
-    """speculative_generate's arguments and tokens; its stats a TimedStats; on_step: None, or a callable
-    given each step's StepRecord (it must not touch the caches or the generator)."""
+    """speculative_generate's arguments and tokens (block_size may be "auto": ext/block_policy.auto; compile:
+    the drafter's pass compiled, ext/compiled.py); its stats a TimedStats; on_step: None, or a callable
+    given each step's WatchedStep (it must not touch the caches or the generator)."""
+    drafter = compile_drafter(drafter) if compile else drafter
     sampling = Sampling(temperature, top_k, top_p)
     request, prompt = start_request(target, drafter, prompt_ids, max_new_tokens, sampling, verifier,
-                                    stop_token_ids, generator, compile)
-    sizes = block_policy(request, block_size, compile)
+                                    stop_token_ids, generator)
+    sizes = block_sizes(policy(block_size), drafter, sampling)
     stats = TimedStats(target_cache=request.cache, draft_cache=request.dcache)
     with stats.timer("prefill_time"):
         out = [prefill(target, drafter, prompt, request.cache, request.dcache, sampling, generator)]
@@ -90,7 +99,7 @@ def watched_generate(target, drafter, prompt_ids, max_new_tokens, block_size=Non
         stats.record(b, len(step.new), min(step.accepted, len(step.new)))
         out += step.new
         if on_step is not None:                       # the drafter's context: as during this step's draft
-            on_step(replace(step, draft_cache=request.dcache, draft_s=stats.draft_time - d0,
-                            verify_s=stats.verify_time - v0, rng_state=target_watch.rng))
+            on_step(WatchedStep(**vars(step), draft_cache=request.dcache, draft_s=stats.draft_time - d0,
+                                verify_s=stats.verify_time - v0, rng_state=target_watch.rng))
         drafter_watch.apply()
     return out, stats

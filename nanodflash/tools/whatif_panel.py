@@ -30,7 +30,7 @@ SCRIPT = r"""
     for (const a of rates) { survive *= a; tokens.push(tokens[tokens.length - 1] + survive); }
     return tokens;
   }
-  function linearCosts(step, slot) {                  // block_policy.linear_costs
+  function linearCosts(step, slot) {                  // step_costs.linear_costs
     const costs = [1.0];
     for (let n = 1; n < B; n++) costs.push(step * (1 + slot * (n - 1)));
     return costs;

@@ -1,4 +1,9 @@
-"""Distribution matching: train the drafter toward the target's next-token *distribution*, not one token.
+"""The drafter's training loss, DFlash's and DFlash 2's (dflash2.py), per block slot: slot k of a block
+anchored at a is labelled x_{a+k}, and the slots' cross-entropies are averaged with the decay weights w_k
+(`loss_decay_weights`).
+
+Distribution matching (the soft targets): optionally, the drafter also learns the target's next-token
+*distribution*, not one token.
 
 The rejection verifier accepts a draft d ~ q with probability min(1, p(d)/q(d)), so one slot accepts with
 probability sum_x min(p(x), q(x)) = 1 - TV(p, q): what pays when sampling is q close to p, not q's argmax
@@ -80,3 +85,28 @@ def candidate_soft_targets(cand, probs, ids):
     p = (same * probs[..., None, :]).sum(-1)                                            # (..., K)
     total = p.sum(-1, keepdim=True)
     return p / total.clamp_min(1e-12), total[..., 0] > 0
+
+
+def loss_decay_weights(block_size, gamma=None):
+    """w_k = exp(-(k-1)/gamma) for slots k = 1..B-1, and 0 for slot 0 (the anchor). Shape (B,).
+
+    gamma defaults to the paper's choice: 7 for B=16, 5 for B=10, 4 for B=8 (else B/2, at least 1).
+    """
+    if gamma is None:
+        gamma = {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+    k = torch.arange(block_size, dtype=torch.float32)
+    return torch.where(k >= 1, torch.exp(-(k - 1) / gamma), torch.zeros(()))
+
+
+def block_labels(input_ids, anchors, block_size):
+    """x_{a+k} for every block slot k = 0..B-1: input_ids (N, S), anchors (N, K) -> (N, K, B)."""
+    label_pos = anchors[:, :, None] + torch.arange(block_size, device=anchors.device)  # (N, K, B)
+    return torch.gather(input_ids, 1, label_pos.flatten(1)).view_as(label_pos)
+
+
+def weighted_cross_entropy(logits, labels, weights, keep=None):
+    """sum_k w_k CE(logits_k, labels_k) / sum_k w_k over slots (..., B).
+
+    logits (..., B, C), labels (..., B), weights (B,); `keep` (bool, like labels) leaves slots out."""
+    ce = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), reduction="none").view_as(labels)
+    return slot_mean(ce, weights, keep)
