@@ -130,7 +130,7 @@ def data_stage(args, path, target, split, corpus):
         parts["train_long"] = Generation(split.train, args.long_seqs, args.long_gen_len, args.seed + 3,
                                          greedy_frac=1.0, temperature=T)
     made_by = stage_record("data", args, parts=sorted(parts), corpus=corpus["sha256"],
-                           target=target.fingerprint())
+                           target=ckpt.fingerprint(target))
     data = ckpt.read(path["data"], "generated data") if os.path.exists(path["data"]) else None
     if not reusable("data", path["data"], data, made_by):
         t0 = time.perf_counter()
@@ -149,7 +149,7 @@ def data_stage(args, path, target, split, corpus):
 def drafter_stage(args, path, target, data, data_id, prompts, mask_id):
     """4. The drafter, trained on the target's continuations; evaluated on held-out data and `prompts`
     (recipe.DRAFT_EVALS times) as it trains. -> drafter, its training history."""
-    made_by = stage_record("drafter", args, target=target.fingerprint(), data=data_id)
+    made_by = stage_record("drafter", args, target=ckpt.fingerprint(target), data=data_id)
     ck = ckpt.read(path["drafter"], "drafter") if os.path.exists(path["drafter"]) else {}
     if reusable("drafter", path["drafter"], ck, made_by):
         drafter, ck = ckpt.load_drafter(path["drafter"], target, args.device)
@@ -187,7 +187,7 @@ def sampling_stage(args, path, target, drafter, split, corpus):
     """4b. Unless --no-sampling: sampled continuations (data_sampled.pt), then the drafter fine-tuned on them
     (drafter_sampling.pt), its own stage so that greedy-only runs never pay for it. Each is reused when its
     record matches, like every stage. -> the sampling drafter."""
-    made_by = stage_record("sampled data", args, corpus=corpus["sha256"], target=target.fingerprint())
+    made_by = stage_record("sampled data", args, corpus=corpus["sha256"], target=ckpt.fingerprint(target))
     data = ckpt.read(path["sampled"], "sampled data") if os.path.exists(path["sampled"]) else None
     if not reusable("sampled data", path["sampled"], data, made_by):
         t0 = time.perf_counter()
@@ -198,7 +198,8 @@ def sampling_stage(args, path, target, drafter, split, corpus):
         print(f"[sampled data] generated {seqs.numel():,} tokens at T={args.sampling_temperature} in "
               f"{time.perf_counter() - t0:.1f}s -> {path['sampled']}")
         ckpt.atomic_save(data, path["sampled"])
-    made_by = stage_record("sampling drafter", args, drafter=data_hash(*drafter.state_dict().values()),
+    made_by = stage_record("sampling drafter", args,
+                           drafter=data_hash(*ckpt.qwen3_state_dict(drafter).values()),
                            data=data_hash(data["train_sampled"]))
     ck = ckpt.read(path["sampling"], "sampling drafter") if os.path.exists(path["sampling"]) else {}
     if reusable("sampling drafter", path["sampling"], ck, made_by):
@@ -221,7 +222,7 @@ def calibrate_stage(args, target, drafter, sampler):
     torch.set_num_threads(DECODE_THREADS)
     key, B = cost_key(target), drafter.block_size
     kept = next((e for e in run_folder.read_costs(args.out) if e["key"] == key and e["block_size"] == B
-                 and e.get("target") == target.fingerprint()), None)
+                 and e.get("target") == ckpt.fingerprint(target)), None)
     if args.calibrate_calls == 0 or kept is not None:
         print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
         seconds = 0.0

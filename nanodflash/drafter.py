@@ -54,8 +54,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from .gpt import Block, KVCache
-from .layers import RMSNorm, RopeTable
+from .gpt import Block, KVCache, RMSNorm, RopeTable
 from .loss import block_labels, mix_soft, weighted_cross_entropy
 from .sampling import draft_temperature, probs_from_logits
 

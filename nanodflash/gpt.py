@@ -9,15 +9,131 @@ last axis: features (B, T, len(layer_ids) * n_embd). They are what the DFlash dr
 Layer id i means Hugging Face's `hidden_states[i+1]`: the output of decoder layer i, except that for the
 LAST layer it is the output after the final norm (HF returns that one normed). The paper's rule never
 picks the last layer; when asked for, it comes normed, so an exported drafter sees what it saw here.
+
+Its building blocks, shared with the drafter, in Qwen3's exact layer math:
+
+- RMSNorm: x * rsqrt(mean(x^2) + eps) * weight
+- RoPE in the "rotate-half" convention: the head dimension is split into two halves (x1, x2) and
+  rotated as (x1*cos - x2*sin, x2*cos + x1*sin), frequency base `theta`; RopeTable computes cos/sin once
+- SwiGLU MLP: down(silu(gate(x)) * up(x)), no biases anywhere
+- attention projections with per-head q_norm / k_norm applied *before* RoPE, optional GQA
+
+The checkpoints keep Qwen3's names (q_proj, k_proj, v_proj; gate_proj, up_proj): store/checkpoint.py splits
+the stacked weights on save and stacks them on load.
 """
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from .layers import MLP, AttentionProjections, RMSNorm, RopeTable
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)   # the formula above, in one op
+
+
+def rope_cos_sin(positions, head_dim, theta, dtype):
+    """cos, sin for integer `positions` (any shape P...) -> (P..., head_dim), rotate-half layout.
+
+    Computed exactly as Hugging Face computes them (angles and cos/sin in float32, then cast), so an
+    exported target gives the same logits in transformers, in float64 too, to rounding of the matmuls."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32)
+                                / head_dim))
+    angles = positions.to(torch.float32)[..., None] * inv_freq      # (P..., head_dim/2)
+    angles = torch.cat([angles, angles], dim=-1)                     # (P..., head_dim)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class RopeTable:
+    """rope_cos_sin for positions 0..n-1, computed once per device and dtype on first use, then looked up.
+
+    The same values bit for bit (each angle is computed on its own), for 2 ops instead of 11: at batch 1 a
+    small model's forward is mostly per-op overhead on a CPU. A plain attribute, not a buffer: nothing in the
+    state dict, and nothing to fill for a model built on the meta device.
+
+    >>> cos, sin = RopeTable(512, 16, 10000.0)(torch.tensor([3, 4]), torch.float32)   # (2, 16) each
+    """
+
+    def __init__(self, n, head_dim, theta):
+        self.n, self.head_dim, self.theta, self.tables = n, head_dim, theta, {}
+
+    def __call__(self, positions, dtype):
+        key = (positions.device, dtype)
+        if key not in self.tables:
+            self.tables[key] = rope_cos_sin(torch.arange(self.n, device=positions.device), self.head_dim,
+                                            self.theta, dtype)
+        cos, sin = self.tables[key]
+        return cos[positions], sin[positions]                          # (P..., head_dim) each
+
+
+def apply_rope(x, cos, sin):
+    """x: (B, H, T, hd); cos/sin broadcastable to it, e.g. (B, 1, T, hd) or (T, hd)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x * cos + rotated * sin
+
+
+class MLP(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(dim, 2 * hidden, bias=False)      # W_gate and W_up stacked: one matmul
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class AttentionProjections(nn.Module):
+    """q/k/v/o projections plus per-head q_norm and k_norm (Qwen3). Shapes are (B, H, T, hd)."""
+
+    def __init__(self, dim, n_head, n_kv_head, eps=1e-6, head_dim=None):
+        super().__init__()
+        assert n_head % n_kv_head == 0, "n_head % n_kv_head must be 0"
+        assert head_dim or dim % n_head == 0, "dim % n_head must be 0 unless head_dim is given"
+        self.n_head, self.n_kv_head, self.head_dim = n_head, n_kv_head, head_dim or dim // n_head
+        # W_q, W_k, W_v stacked (rows: n_head, then n_kv_head, then n_kv_head heads): one matmul
+        self.qkv_proj = nn.Linear(dim, (n_head + 2 * n_kv_head) * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(n_head * self.head_dim, dim, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, eps)
+        self.k_norm = RMSNorm(self.head_dim, eps)
+
+    def project(self, x, cos, sin, with_query=True):
+        """x (B, T, D) -> q (B, H, T, hd) when with_query, then k, v (B, Hkv, T, hd):
+
+            q = RoPE(q_norm(W_q x)),  k = RoPE(k_norm(W_k x)),  v = W_v x
+
+        The projections run as one matmul (without the queries: W_k, W_v, the last rows), q and k are normed
+        and rotated together (each head on its own, so the numbers are the separate ones'): at batch 1 a
+        small model's forward on a CPU is mostly per-operation overhead, and this halves the operations."""
+        B, T, _ = x.shape
+        n_q, n_kv, hd = self.n_head if with_query else 0, self.n_kv_head, self.head_dim
+        W = self.qkv_proj.weight[(self.n_head - n_q) * hd:]                      # [W_q;] W_k; W_v
+        heads = F.linear(x, W).view(B, T, n_q + 2 * n_kv, hd)                    # (B, T, n, hd)
+        qk, v = heads.split([n_q + n_kv, n_kv], dim=2)
+        norm_weight = torch.cat([self.q_norm.weight.expand(n_q, -1), self.k_norm.weight.expand(n_kv, -1)])
+        qk = F.rms_norm(qk, (hd,), eps=self.k_norm.eps) * norm_weight          # norm_weight: (n_q + n_kv, hd)
+        qk = apply_rope(qk.transpose(1, 2), cos, sin)                     # (B, T, n, hd) -> (B, n, T, hd)
+        v = v.transpose(1, 2)                                                       # (B, n_kv, T, hd)
+        return (*qk.split([n_q, n_kv], dim=1), v) if with_query else (qk, v)
+
+    def key_value(self, x, cos, sin):
+        """k, v (B, Hkv, T, hd) of x: project without the queries (the drafter's context)."""
+        return self.project(x, cos, sin, with_query=False)
+
+    def attend(self, q, k, v, mask=None):
+        """q: (B, H, Tq, hd), k/v: (B, Hkv, Tk, hd), mask: bool (.., Tq, Tk), True = may attend."""
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_head != self.n_kv_head)
+        B, H, T, hd = y.shape
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, H * hd))     # (B, H, T, hd) -> (B, T, H*hd)
 
 
 @dataclass
@@ -154,15 +270,3 @@ class GPT(nn.Module):
             # HF's convention: the last one normed
             by_id[len(self.layers) - 1] = x
         return logits, torch.cat([by_id[i] for i in layer_ids], dim=-1)       # (B, T, len(ids)*D)
-
-    def fingerprint(self):
-        """A short hash of config + weights, so a drafter can check which target it was trained on."""
-        import hashlib
-        config = asdict(self.config)
-        if config["head_dim"] == self.config.n_embd // self.config.n_head:
-            del config["head_dim"]                          # a derived head_dim is not a setting of its own
-        h = hashlib.sha256(repr(sorted(config.items())).encode())
-        for name, t in sorted(self.state_dict().items()):
-            h.update(name.encode())
-            h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return h.hexdigest()[:16]

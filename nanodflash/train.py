@@ -267,11 +267,11 @@ def evaluate(drafter, eval_fn, step, how, history):
 
 
 def resume_settings(drafter, seqs, long_seqs, how, parts):
-    """What a resume file must have been trained with to be continued (the data as tensors: the resume file
-    keeps a hash of them)."""
+    """What a resume file must have been trained with to be continued (the data and the target as they are:
+    the resume file keeps a hash of each)."""
     recipe = {k: getattr(how, k) for k in RESUME_KEYS}
     long = {"long": [long_seqs, how.long_batch, how.long_anchors]} if len(parts) > 1 else {}
-    return dict(kind=drafter.kind, config=asdict(drafter.config), target=drafter.target.fingerprint(),
+    return dict(kind=drafter.kind, config=asdict(drafter.config), target=drafter.target,
                 data=seqs, **recipe, **long)
 
 

@@ -1,10 +1,10 @@
 """Ladder 2: the target with its explicit KV cache computes exactly what it computes without one."""
 
 import torch
+import torch.nn.functional as F
 
 from helpers import tiny_target
-from nanodflash.gpt import GPT, GPTConfig
-from nanodflash.layers import AttentionProjections, RopeTable, apply_rope, rope_cos_sin
+from nanodflash.gpt import GPT, AttentionProjections, GPTConfig, RopeTable, apply_rope, rope_cos_sin
 from nanodflash.speculative import generate
 from nanodflash.store.data import load_corpus, split_train_val
 from nanodflash.train import estimate_loss, train_target
@@ -97,9 +97,11 @@ def separate_projections(attn, x, cos, sin):
     B, T, _ = x.shape
     def heads(y):
         return y.view(B, T, -1, attn.head_dim).transpose(1, 2)             # (B, T, n*hd) -> (B, n, T, hd)
-    q = apply_rope(attn.q_norm(heads(attn.q_proj(x))), cos, sin)
-    k = apply_rope(attn.k_norm(heads(attn.k_proj(x))), cos, sin)
-    return q, k, heads(attn.v_proj(x))
+    hd = attn.head_dim
+    W_q, W_k, W_v = attn.qkv_proj.weight.split([attn.n_head * hd, attn.n_kv_head * hd, attn.n_kv_head * hd])
+    q = apply_rope(attn.q_norm(heads(F.linear(x, W_q))), cos, sin)
+    k = apply_rope(attn.k_norm(heads(F.linear(x, W_k))), cos, sin)
+    return q, k, heads(F.linear(x, W_v))
 
 
 def test_one_stacked_projection_gives_the_numbers_of_three_separate_ones():
@@ -119,31 +121,23 @@ def test_one_stacked_projection_gives_the_numbers_of_three_separate_ones():
             assert torch.equal(got, want), f"{name} without the queries differs from the separate one's"
 
 
-def test_a_forward_after_a_training_step_uses_the_new_weights():
-    """The stacked weights are kept between inference forwards: an optimizer step (weights written in place),
-    a load_state_dict and a change of dtype must each be seen by the next forward."""
+def test_a_checkpoint_under_qwen3s_names_loads_into_the_stacked_weights_and_saves_back_the_same():
+    """On disk the weights keep Qwen3's names (q_proj, k_proj, v_proj, gate_proj, up_proj), as run folders
+    has them: split from the stacked weights on save, stacked again on load, to the same numbers."""
+    from nanodflash.store.checkpoint import qwen3_state_dict, stacked_state_dict
     target = tiny_target(seed=7)
+    on_disk = qwen3_state_dict(target)
+    assert "layers.0.self_attn.k_proj.weight" in on_disk and "layers.0.mlp.up_proj.weight" in on_disk, \
+        f"the names on disk are not Qwen3's: {sorted(on_disk)[:8]}"
+    assert not any("qkv_proj" in k or "gate_up_proj" in k for k in on_disk), "a stacked name reached the disk"
+    copy = GPT(target.config).double()
+    copy.load_state_dict(stacked_state_dict(on_disk))
     x = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(0))
-
-    def fresh_logits():
-        copy = GPT(target.config).to(next(target.parameters()).dtype)
-        copy.load_state_dict(target.state_dict())            # the same weights, nothing stacked yet
-        with torch.no_grad():
-            return copy(x)[0]
     with torch.no_grad():
-        before = target(x)[0]                                # stacks the weights
-    target.train()
-    opt = torch.optim.SGD(target.parameters(), lr=0.5)
-    target(x)[0].logsumexp(-1).mean().backward()
-    opt.step()
-    target.eval()
+        assert torch.equal(copy(x)[0], target(x)[0]), "weights loaded from Qwen3's names: other logits"
+    swapped = dict(on_disk)                                  # the control: k and v exchanged on disk
+    swapped["layers.0.self_attn.k_proj.weight"], swapped["layers.0.self_attn.v_proj.weight"] = \
+        on_disk["layers.0.self_attn.v_proj.weight"], on_disk["layers.0.self_attn.k_proj.weight"]
+    copy.load_state_dict(stacked_state_dict(swapped))
     with torch.no_grad():
-        after = target(x)[0]
-    assert not torch.equal(after, before), "the training step changed nothing: the check cannot fail"
-    assert torch.equal(after, fresh_logits()), "a forward after an optimizer step used old stacked weights"
-    with torch.no_grad():
-        target.load_state_dict(tiny_target(seed=8).state_dict())
-        assert torch.equal(target(x)[0], fresh_logits()), "a forward after load_state_dict used old weights"
-        target.float()
-        assert target(x)[0].dtype == torch.float32 and torch.equal(target(x)[0], fresh_logits()), \
-            "a forward after a change of dtype used the old stacked weights"
+        assert not torch.equal(copy(x)[0], target(x)[0]), "exchanging k and v changed nothing: a blind check"

@@ -242,7 +242,8 @@ def test_import_of_an_export_is_bitwise_the_same_pair(pairs, tmp_path, capsys):
     tok, target, drafter = nanodflash.load(str(pairs["dflash2"]))
     tok2, target2, drafter2 = hf.load(str(tmp_path / "hf" / "target"), str(tmp_path / "hf" / "drafter"))
     assert target2.config == target.config and drafter2.config == drafter.config, "configs changed on the way"
-    assert target2.fingerprint() == target.fingerprint(), "target weights changed on the way"
+    assert checkpoint.fingerprint(target2) == checkpoint.fingerprint(target), \
+        "target weights changed on the way"
     for name, t in drafter.state_dict().items():
         assert torch.equal(t, drafter2.state_dict()[name]), f"drafter weight {name} changed on the way"
     text = "def f(x):\n    return x  # é <|endoftext|>"

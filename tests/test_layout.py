@@ -138,9 +138,7 @@ def test_readme_stays_within_its_line_budget():
 
 
 # Private names of other libraries the code must read, each with the reason it has no public form
-FOREIGN_PRIVATE = {"_pat_str": "tiktoken's Encoding keeps its split pattern only there (hf_tokenizer.py)",
-                   "_version": "a torch tensor's count of in-place writes, under no public name in torch: "
-                               "layers.Stacked keeps a stacked weight while its weights' counts stand still"}
+FOREIGN_PRIVATE = {"_pat_str": "tiktoken's Encoding keeps its split pattern only there (hf_tokenizer.py)"}
 
 
 def _private_uses(path):

@@ -17,7 +17,6 @@ compiler cannot keep, and what this module does instead:
   the second b one where b is a symbol, which serves every later b but those a layer's Python branches on
   (a DFlash 2 convolution at b = 2 gets its own): two or three graphs for a DFlash 2 drafter and a buffer
   length, and a decode that meets no new kind of size compiles none (`graphs_compiled` counts them).
-- `layers.Stacked` builds its stacked weights inside the graph (it cannot keep its Python cache there).
 
 Only the block pass is compiled: the context's projection (a varying number of new positions), the selector
 and the walk that picks the drafts stay eager, and so does the target: where a small operation costs little,

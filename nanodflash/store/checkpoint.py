@@ -17,6 +17,7 @@ train_tiny.py reuses a stage only when its record equals the one it would write.
 runs, `<its checkpoint>.resume` holds its whole state (resume.py); writing the stage checkpoint deletes it.
 """
 
+import hashlib
 import os
 from dataclasses import asdict
 
@@ -65,10 +66,58 @@ def read(path, what, make="python train_tiny.py"):
                          "delete it and rerun train_tiny.py, which redoes that stage") from e
 
 
+# the weights a layer keeps stacked (one matmul), and Qwen3's own names for their parts, in row order
+STACKED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                         "self_attn.v_proj.weight"),
+           "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
+
+
+def qwen3_state_dict(model):
+    """model.state_dict() under Qwen3's names, the names on disk: each stacked weight split into its parts
+    (q, k, v by the layer's head counts; gate and up in halves)."""
+    out = {}
+    for name, t in model.state_dict().items():
+        stacked = next((s for s in STACKED if name.endswith(s)), None)
+        if stacked is None:
+            out[name] = t
+            continue
+        prefix = name[: -len(stacked)]
+        if stacked.startswith("self_attn"):
+            a = model.get_submodule(prefix + "self_attn")
+            parts = t.split([a.n_head * a.head_dim, a.n_kv_head * a.head_dim, a.n_kv_head * a.head_dim])
+        else:
+            parts = t.chunk(2)
+        out.update({prefix + part: piece.clone() for part, piece in zip(STACKED[stacked], parts)})
+    return out
+
+
+def stacked_state_dict(weights):
+    """The reverse of qwen3_state_dict: Qwen3-named weights -> the names a model's load_state_dict takes."""
+    out = dict(weights)
+    for stacked, parts in STACKED.items():
+        for name in [k for k in weights if k.endswith(parts[0])]:
+            prefix = name[: -len(parts[0])]
+            out[prefix + stacked] = torch.cat([out.pop(prefix + part) for part in parts])
+    return out
+
+
+def fingerprint(target):
+    """A short hash of a target's config and weights (under their Qwen3 names), so that a drafter can check
+    which target it was trained on."""
+    config = asdict(target.config)
+    if config["head_dim"] == target.config.n_embd // target.config.n_head:
+        del config["head_dim"]                          # a derived head_dim is not a setting of its own
+    h = hashlib.sha256(repr(sorted(config.items())).encode())
+    for name, t in sorted(qwen3_state_dict(target).items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def save_target(path, target, tokenizer_path, history=None, made_by=None):
     with open(tokenizer_path) as f:
         tok_text = f.read()
-    atomic_save({"config": asdict(target.config), "model": target.state_dict(), "tokenizer": tok_text,
+    atomic_save({"config": asdict(target.config), "model": qwen3_state_dict(target), "tokenizer": tok_text,
                  "history": history or {}, "made_by": made_by or {}}, path)
     discard_resume(path)
 
@@ -76,15 +125,15 @@ def save_target(path, target, tokenizer_path, history=None, made_by=None):
 def load_target(path, device="cpu"):
     ck = read(path, "target")
     target = GPT(GPTConfig(**ck["config"]))
-    target.load_state_dict(ck["model"])
+    target.load_state_dict(stacked_state_dict(ck["model"]))
     return target.to(device).eval(), ck
 
 
 def save_drafter(path, drafter, history=None, made_by=None):
     """Write a drafter with the fingerprint of its target and its kind: "dflash", "dflash2", or a
     baseline's."""
-    atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": drafter.state_dict(),
-                 "target_fingerprint": drafter.target.fingerprint(), "history": history or {},
+    atomic_save({"kind": drafter.kind, "config": asdict(drafter.config), "model": qwen3_state_dict(drafter),
+                 "target_fingerprint": fingerprint(drafter.target), "history": history or {},
                  "made_by": made_by or {}}, path)
     discard_resume(path)
 
@@ -108,12 +157,12 @@ def load_drafter(path, target, device="cpu", cls=None, kind=None, make="python t
     if kind is not None and ck.get("kind") != kind:
         raise ValueError(f"{path} holds a {ck.get('kind')!r} drafter, not a {kind!r} baseline")
     cls = cls or DRAFTER_KINDS[ck["kind"]]
-    fp = target.fingerprint()
+    fp = fingerprint(target)
     if ck["target_fingerprint"] != fp:
         raise ValueError(f"{what} {path} was trained against target {ck['target_fingerprint']}, "
                          f"but this target is {fp}; retrain it ({retrain})")
     drafter = cls(cls.config_class(**ck["config"]), target)
-    drafter.load_state_dict(ck["model"])
+    drafter.load_state_dict(stacked_state_dict(ck["model"]))
     use_table(drafter, read_costs(os.path.dirname(path) or "."))       # its run folder's step costs
     return drafter.to(device).eval(), ck
 

@@ -38,7 +38,8 @@ import time
 
 import torch
 
-from .checkpoint import atomic_save
+from ..gpt import GPT
+from .checkpoint import atomic_save, fingerprint
 
 RESUME_EVERY_S = 45.0   # seconds of training at most lost to a kill; each save costs well under a second
 # the signals that save and stop a stage: Ctrl-C, `kill` and a closed terminal
@@ -55,13 +56,15 @@ def data_hash(*tensors):
 
 
 def hashed(settings):
-    """settings with the data in them as short hashes: a tensor, or a tuple of tensors (hashed together);
-    lists item by item.
+    """settings with the data in them as short hashes: a tensor, or a tuple of tensors (hashed together), and
+    a target (its fingerprint); lists item by item.
 
     >>> hashed({"data": (torch.zeros(2), torch.ones(2)), "long": [torch.zeros(2), 4], "lr": 0.1})["long"][1:]
     [4]
     """
     def one(v):
+        if isinstance(v, GPT):
+            return fingerprint(v)
         if isinstance(v, torch.Tensor):
             return data_hash(v)
         if isinstance(v, tuple) and all(isinstance(t, torch.Tensor) for t in v):

@@ -33,7 +33,7 @@ from ..ext.plain_batch import PlainBatch
 from ..ext.step_costs import cost_key, describe
 from ..sampling import DraftRule, probs_from_logits
 from ..speculative import DECODE_THREADS
-from ..store.checkpoint import load
+from ..store.checkpoint import fingerprint, load
 from ..store.run_folder import read_costs, write_costs
 from ..verify import rejection_verify
 from .cli import check_device, ints
@@ -177,7 +177,7 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
                 f"costs {table[str(R)][-1]:.2f} steps without drafts")
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
     return dict(key=cost_key(target, compiled), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
-                target=target.fingerprint(),
+                target=fingerprint(target),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
 

@@ -31,7 +31,7 @@ from ..dflash2 import DFlash2Drafter
 from ..drafter import default_target_layer_ids
 from ..gpt import GPT, GPTConfig
 from ..store import checkpoint, run_folder
-from ..store.checkpoint import DRAFTER_KINDS
+from ..store.checkpoint import DRAFTER_KINDS, qwen3_state_dict, stacked_state_dict
 from ..store.tokenizer import ENDOFTEXT
 from .hf_tokenizer import from_tokenizer_json, to_tokenizer_json
 
@@ -75,7 +75,8 @@ def export_target(target, tok, folder):
     c, eot = target.config, tok.encode_single_token(ENDOFTEXT)
     config = dict(architectures=["Qwen3ForCausalLM"], **_qwen3_fields(c, c.vocab_size),
                   max_position_embeddings=c.max_seq_len, bos_token_id=eot, eos_token_id=eot, use_cache=True)
-    weights = {(k if k.startswith("lm_head.") else f"model.{k}"): v for k, v in target.state_dict().items()}
+    weights = {(k if k.startswith("lm_head.") else f"model.{k}"): v
+               for k, v in qwen3_state_dict(target).items()}
     return _write(folder, config, weights) + [
         _write_json(folder, "generation_config.json",
                     dict(bos_token_id=eot, eos_token_id=eot, do_sample=False), indent=2),
@@ -96,7 +97,7 @@ def export_drafter(drafter, folder):
                   max_position_embeddings=drafter.target.config.max_seq_len, block_size=c.block_size,
                   num_target_layers=L, dflash_config=dict(mask_token_id=c.mask_token_id,
                                                           target_layer_ids=list(c.target_layer_ids)))
-    weights = dict(drafter.state_dict())
+    weights = qwen3_state_dict(drafter)
     if kind == "dflash2":
         config["dflash_config"].update({k: getattr(c, k) for k in DFLASH2_KEYS})
         if c.conv_kernel_size == 0:                  # no convolutions here = identity convolutions of one tap
@@ -173,12 +174,12 @@ def _read_weights(folder, dtype):
 
 def _fill(model, weights, folder):
     """Load `weights` into a model built on the meta device (no random init for billions of parameters)."""
-    want = set(model.state_dict())
+    want = set(qwen3_state_dict(model))
     missing, extra = sorted(want - set(weights)), sorted(set(weights) - want)
     if missing or extra:
         raise ValueError(f"{folder}: weights do not match the config: missing {missing[:5]}, unexpected "
                          f"{extra[:5]}")
-    model.load_state_dict(weights, assign=True)
+    model.load_state_dict(stacked_state_dict(weights), assign=True)
     return model.eval()
 
 
