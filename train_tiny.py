@@ -31,7 +31,6 @@ from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
 from nanodflash.pipeline.summary import Summary, record_headline
-from nanodflash.speculative import DECODE_THREADS
 from nanodflash.store import checkpoint as ckpt
 from nanodflash.store import run_folder
 from nanodflash.store.data import check_enough, corpus_record, load_corpus, split_train_val, window_prompts
@@ -39,6 +38,7 @@ from nanodflash.store.resume import data_hash, resume_file
 from nanodflash.store.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
 from nanodflash.tools.calibrate import calibrate
+from nanodflash.tools.cli import DECODE_THREADS
 from nanodflash.tools.evaluate import measure_tau, slot_accuracy
 from nanodflash.train import DraftTraining, train_drafter, train_target
 

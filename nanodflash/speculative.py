@@ -27,8 +27,6 @@ from .sampling import DraftRule, Sampling, check_sampling_args, next_token
 from .verify import greedy_verify, match_verify, rejection_verify
 
 VERIFIERS = ("match", "rejection")
-DECODE_THREADS = 1      # CPU threads the scripts, benchmarks and notebooks decode with: batch-1 decoding of
-                        # these small models is bound by per-operation overhead, and more threads add sync
 
 
 @dataclass
@@ -76,14 +74,6 @@ def check_request(target, prompt_ids, max_new_tokens, temperature, top_k, top_p,
     return prompt[None], set(stop_token_ids or ())
 
 
-def first_stop(tokens, stops):
-    """Length of `tokens` kept when stopping right after the first stop token (len(tokens) if none)."""
-    for i, t in enumerate(tokens):
-        if t in stops:
-            return i + 1
-    return len(tokens)
-
-
 def finished(out, max_new_tokens, stops):
     """Is a generation done: max_new_tokens emitted, or the last one a stop token?"""
     return len(out) >= max_new_tokens or out[-1] in stops
@@ -93,7 +83,8 @@ def step_tokens(accepted, bonus, left, stops):
     """What one step emits: the accepted drafts and the bonus, cut at the `left` tokens still allowed or right
     after the first stop token (so a stop can cut the bonus, or drafts, off)."""
     new = list(accepted) + [bonus]
-    return new[: min(left, first_stop(new, stops))]
+    stop = next((i + 1 for i, t in enumerate(new) if t in stops), len(new))       # right after the first stop
+    return new[: min(left, stop)]
 
 
 def prefill(target, drafter, prompt, cache, dcache, sampling, generator):

@@ -35,7 +35,7 @@ from nanodflash.store.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.speculative import prefill
 from nanodflash.tools.repetition import pooled_repetition, repetition
 from nanodflash.sampling import Sampling
-from nanodflash.speculative import DECODE_THREADS
+from nanodflash.tools.cli import DECODE_THREADS
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
 TRAIN_THREADS = torch.get_num_threads()           # torch's own default (every core), as train_tiny.py trains

@@ -213,8 +213,9 @@ def test_baselines_train_with_the_recipe_drafter_pt_was_trained_with(smoke_out):
     made_by = torch.load(smoke_out / "drafter.pt", weights_only=False)["made_by"]
     s = recipe.SMOKE
     assert baselines.run_recipe(made_by, "drafter.pt") == dict(
-        steps=s["draft_steps"], batch_size=s["draft_batch"], n_anchors=s["draft_anchors"], lr=recipe.DRAFT_LR,
-        gamma=recipe.GAMMA, seed=recipe.SEED, soft_weight=recipe.SOFT_WEIGHT,
+        steps=s["draft_steps"], batch_size=s["draft_batch"], n_anchors=s["draft_anchors"],
+        lr=recipe.DRAFT_LR.default, gamma=recipe.GAMMA.default, seed=recipe.SEED.default,
+        soft_weight=recipe.SOFT_WEIGHT.default,
         long_batch=s["long_batch"], long_anchors=s["long_anchors"]), "not the smoke run's drafter recipe"
     with pytest.raises(ValueError, match="records no drafter recipe"):
         baselines.run_recipe({}, "drafter.pt")

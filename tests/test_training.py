@@ -57,7 +57,7 @@ def test_default_data_mixes_sampled_short_continuations_and_keeps_long_ones_gree
     from nanodflash.store.checkpoint import read
     _, target, _ = nanodflash.load(str(smoke_out))
     data, P = read(str(smoke_out / "data.pt"), "generated data"), 8                # smoke prompt_len
-    mix = (recipe.GEN_TEMPERATURE, recipe.GEN_GREEDY_FRAC)
+    mix = (recipe.GEN_TEMPERATURE.default, recipe.GEN_GREEDY_FRAC.default)
     assert 0 < mix[1] < 1 and (data["gen_temperature"], data["gen_greedy_frac"]) == mix, \
         "data.pt must record the mix"
     for s in data["train_long"][:3].tolist():
@@ -177,8 +177,8 @@ def test_full_sets_the_longer_recipe_and_its_own_folder_but_explicit_flags_win()
             f"--{k} {v} is already the default: FULL should only hold what the longer recipe changes"
     explicit = flags.parse_args(["--full", "--draft_steps", "123", "--out", "elsewhere"])
     assert (explicit.draft_steps, explicit.out) == (123, "elsewhere"), "a flag given with --full must win"
-    same = flags.parse_args(["--smoke", f"--target_steps={recipe.TARGET_STEPS}"])
-    assert same.target_steps == recipe.TARGET_STEPS, \
+    same = flags.parse_args(["--smoke", f"--target_steps={recipe.TARGET_STEPS.default}"])
+    assert same.target_steps == recipe.TARGET_STEPS.default, \
         "a flag given at its default value must win over a preset"
 
 

@@ -11,7 +11,6 @@ before the swap.
 """
 
 import contextlib
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -59,9 +58,8 @@ def signature_text(fn):
     return str(inspect.signature(fn))
 
 
-@functools.lru_cache(maxsize=None)
 def core_modules():
-    """Every module of the library the decoders run (imported here, once, so a swap reaches them all)."""
+    """Every module of the library the decoders run (imported here, so a swap reaches them all)."""
     names = [m.name for m in pkgutil.walk_packages(nanodflash.__path__, "nanodflash.")
              if not m.name.startswith(NOT_SWAPPED)]
     return tuple(importlib.import_module(n) for n in names)

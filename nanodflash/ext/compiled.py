@@ -26,8 +26,6 @@ run's where two logits are within rounding of each other (a fused kernel adds in
 verifier decides what is kept, so the output is the target's either way (tests/test_compiled.py).
 """
 
-import functools
-
 import torch
 
 from ..drafter import ContextCache
@@ -59,13 +57,6 @@ def run_pass(drafter, x, cos, sin, context, mask):
     return drafter.block_pass(x, cos, sin, context, mask)
 
 
-@functools.cache
-def compiled_run_pass():
-    """run_pass compiled, made on first use (torch.compile's import takes seconds); its first calls for a
-    drafter compile its graphs, seconds each."""
-    return torch.compile(run_pass, fullgraph=True)
-
-
 class CompiledCache(ContextCache):
     """A drafter's context whose block passes run compiled, over its whole zeroed buffer with a mask."""
 
@@ -73,6 +64,9 @@ class CompiledCache(ContextCache):
         super().__init__(*args, **kwargs)
         self.k.zero_()                            # a hidden key must hold a finite number (0 * NaN is NaN)
         self.v.zero_()
+        # run_pass compiled: torch keeps the graphs with run_pass's code, so every cache shares them, and the
+        # first calls for a drafter compile its graphs, seconds each
+        self.run_pass = torch.compile(run_pass, fullgraph=True)
 
     def attend(self, drafter, x, cos, sin):
         """The drafter's layers over the embedded block x (1, b, D) at RoPE cos, sin (1, b, hd), attending to
@@ -80,7 +74,7 @@ class CompiledCache(ContextCache):
         ContextCache.attend gives, to rounding."""
         mask = context_mask(self.length, self.max_len, x.size(1), x.device)
         with torch.compiler.config.patch(recompile_limit=GRAPHS_PER_PASS):
-            return compiled_run_pass()(drafter, x, cos, sin, self.by_layer, mask)
+            return self.run_pass(drafter, x, cos, sin, self.by_layer, mask)
 
 
 def new_cache(drafter, max_len):

@@ -71,7 +71,7 @@ def parse_layer_ids(text, n_layer):
 
 def parse_args(argv=None, description=None):
     """train_tiny.py's flags, parsed: the run's own (--out, --data, --smoke, --full, --fresh, --device) and
-    the recipe's (recipe.FLAGS: each flag's default, range and help), a preset (--smoke:
+    the recipe's (recipe.flags(): each flag's default, range and help), a preset (--smoke:
     recipe.SMOKE, --full: recipe.FULL) sets every flag not given by name, then the checks above run.
     `description`: the --help text above the flags (train_tiny.py's docstring)."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -88,7 +88,7 @@ def parse_args(argv=None, description=None):
     a("--fresh", action="store_true", help="delete existing checkpoints and resume files in --out and start "
       "over")
     a("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    for name, f in recipe.FLAGS.items():                       # the recipe's flags, each described there
+    for name, f in recipe.flags().items():                       # the recipe's flags, each described there
         text = f"{f.help} (default: %(default)s)"
         if isinstance(f.default, bool):
             a(f"--{name}", action=argparse.BooleanOptionalAction, default=f.default, help=text)

@@ -5,7 +5,7 @@ what the target's features are worth (the no-features drafter against its like-f
 
 import torch
 
-from ..speculative import DECODE_THREADS
+from .cli import DECODE_THREADS
 from .evaluate import measure_tau, slot_accuracy
 
 

@@ -41,7 +41,6 @@ import time
 import torch
 
 from ..ext.step_costs import costs_for
-from ..speculative import DECODE_THREADS
 from ..store.checkpoint import load, load_drafter
 from ..store.run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
 from . import bench_table, draft_costs, lost_tau
@@ -60,7 +59,7 @@ from .bench_methods import (
     sampling_drafters,
 )
 from .bench_run import MAX_NEW_TOKENS, SEED, run_benchmark
-from .cli import check_device
+from .cli import DECODE_THREADS, check_device
 from .measure import (
     bench_flags,
     bench_prompts,

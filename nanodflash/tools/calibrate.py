@@ -32,11 +32,10 @@ from ..ext.batch_policy import COST_ROWS
 from ..ext.plain_batch import PlainBatch
 from ..ext.step_costs import cost_key, describe
 from ..sampling import DraftRule, probs_from_logits
-from ..speculative import DECODE_THREADS
 from ..store.checkpoint import fingerprint, load
 from ..store.run_folder import read_costs, write_costs
 from ..verify import rejection_verify
-from .cli import check_device, ints
+from .cli import DECODE_THREADS, check_device, ints
 from .measure import sync
 
 CONTEXT = 64                      # tokens of context the timed steps attend to

@@ -20,6 +20,8 @@ import torch
 
 MAX_COUNT = 10**6       # bound on steps, sequences, prompts, tokens: a typo must not start a run of days
 MAX_SEED = 2**32 - 1    # seeds are 32-bit unsigned integers
+DECODE_THREADS = 1      # CPU threads the scripts, benchmarks and notebooks decode with: batch-1 decoding of
+                        # these small models is bound by per-operation overhead, and more threads add sync
 
 
 def _range(low, high, low_open=False):

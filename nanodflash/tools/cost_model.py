@@ -23,9 +23,9 @@ import statistics
 import torch
 
 from ..sampling import DraftRule
-from ..speculative import DECODE_THREADS
 from ..store.checkpoint import load
 from .calibrate import median_seconds
+from .cli import DECODE_THREADS
 
 TOKENS = (1, 2, 4, 8, 16)           # tokens per row of the timed forwards
 FIT = [(rows, 64) for rows in (1, 16, 32)]                          # (rows, context) the constants come from

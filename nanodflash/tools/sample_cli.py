@@ -20,12 +20,12 @@ import nanodflash
 
 from ..ext.sampled_tree import SampledDraws
 from ..ext.tree import tree_speculative_generate
-from ..speculative import DECODE_THREADS, VERIFIERS, generate
+from ..speculative import VERIFIERS, generate
 from ..store.data import val_prompts
 from ..store.run_folder import run_corpus
 from ..store.tokenizer import ENDOFTEXT
 from . import hf
-from .cli import MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
+from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
 from .hf_tokenizer import normalize
 from .repetition import least_repetitive, repetition
 from .watch import watched_generate
