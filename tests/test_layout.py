@@ -1,13 +1,115 @@
-"""The repository's shape is a claim too: the core reads without its tooling or train_tiny's pipeline, the
-tools without the pipeline, and the README stays a guide."""
+"""The repository's shape is a claim too: the core (nanodflash's top level) is a few small files that read
+without their extensions, plumbing, tooling or train_tiny's pipeline; the tools read without the pipeline;
+nothing keeps state at module level; and the README stays a guide."""
 
 import ast
+import io
 import pathlib
 import re
+import tokenize
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORE = ROOT / "nanodflash"
 README_BUDGET = 260          # lines: a guide in the size of nanoGPT's README, not a lab notebook
+CORE_MODULES, CORE_CODE_LINES, MODULE_LINES, FUNCTION_LINES = 8, 1100, 450, 50    # the core's budget
+SUBPACKAGES = ("ext", "store", "tools", "pipeline", "exercises")
+
+
+def core_modules():
+    """The core: nanodflash's own modules, __init__.py (which re-exports the public names) left out."""
+    return [p for p in sorted(CORE.glob("*.py")) if p.name != "__init__.py"]
+
+
+def lines_of_code(source):
+    """Lines holding code: docstrings, comments and blank lines not counted."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            docstrings.update(range(body[0].lineno, body[0].end_lineno + 1))
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER)
+    code = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in skip:
+            code.update(line for line in range(tok.start[0], tok.end[0] + 1) if line not in docstrings)
+    return len(code)
+
+
+def test_the_code_line_count_leaves_out_docstrings_comments_and_blank_lines():
+    source = ('def f(x):\n    """Doc,\n    two lines."""\n\n    # a comment\n'
+              '    return (x +\n            1)  # why\n')
+    assert lines_of_code(source) == 3, "def, and a return over two lines: 3 lines of code"
+
+
+def test_the_core_is_a_few_small_files():
+    modules = core_modules()
+    sizes = {p.name: lines_of_code(p.read_text()) for p in modules}
+    assert len(modules) <= CORE_MODULES, \
+        f"nanodflash/ has {len(modules)} modules at its top level, over {CORE_MODULES}: {sorted(sizes)}"
+    total = sum(sizes.values())
+    assert total <= CORE_CODE_LINES, \
+        f"the core holds {total} lines of code, over {CORE_CODE_LINES}: {sizes}; move extensions to ext/"
+    long = {p.name: n for p in modules if (n := len(p.read_text().splitlines())) > MODULE_LINES}
+    assert not long, f"core modules over {MODULE_LINES} lines in all: {long}"
+
+
+def long_functions(path, limit=FUNCTION_LINES):
+    """(name, lines) of every function in `path` longer than `limit` lines, its docstring included."""
+    return [(n.name, n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > limit]
+
+
+def test_no_function_of_the_core_the_scripts_or_the_pipeline_is_over_50_lines():
+    files = [*core_modules(), *sorted((CORE / "pipeline").glob("*.py")), ROOT / "train_tiny.py",
+             ROOT / "sample.py"]
+    found = {str(p.relative_to(ROOT)): fns for p in files if (fns := long_functions(p))}
+    assert not found, f"functions over {FUNCTION_LINES} lines (name, lines): {found}"
+
+
+def test_the_drafters_training_loop_is_at_most_40_lines():
+    fn = _function(CORE / "train.py", "train_drafter")
+    loop = next(n for n in ast.walk(fn) if isinstance(n, ast.For))
+    assert loop.end_lineno - loop.lineno + 1 <= 40, "train_drafter's loop is over 40 lines: move a part out"
+
+
+def test_no_core_module_imports_a_subpackage():
+    for path in core_modules():
+        for sub in SUBPACKAGES:
+            bad = _reaching(path, f"nanodflash.{sub}")
+            assert not bad, (f"core module {path.name} imports {bad}: the core must never depend on "
+                             f"nanodflash.{sub}; hand what it needs in as an argument")
+
+
+EMPTY = ("{}", "[]", "set()", "dict()", "list()")     # a container made empty at import, to be filled later
+
+
+def module_state(path):
+    """(line, what) of module-level state in `path`: a `global` statement, a function cached across calls
+    (functools.cache / lru_cache), or an empty dict, list or set made at import to be filled later."""
+    tree = ast.parse(path.read_text())
+    found = [(n.lineno, "global") for n in ast.walk(tree) if isinstance(n, ast.Global)]
+    for node in tree.body:
+        found += [(d.lineno, ast.unparse(d)) for d in getattr(node, "decorator_list", [])
+                  if re.search(r"\b(cache|lru_cache)\b", ast.unparse(d))]
+        value = getattr(node, "value", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and ast.unparse(value or ast.Constant(0)) in EMPTY:
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_no_module_of_the_package_keeps_state_at_module_level():
+    found = {str(p.relative_to(ROOT)): s for p in sorted(CORE.rglob("*.py")) if (s := module_state(p))}
+    assert not found, f"module-level state (line, what): {found}; pass it in, or keep it on an object"
+
+
+def test_the_state_check_finds_a_global_a_cache_and_a_registry(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text("import functools\nREGISTRY = {}\nSEEN = set()\n\n@functools.cache\ndef f():\n"
+                    "    global X\n    return 1\nTABLE = {1: 2}\n")
+    assert [what for _, what in module_state(fake)] == ["REGISTRY = {}", "SEEN = set()", "functools.cache",
+                                                         "global"], f"the check missed: {module_state(fake)}"
 
 
 def _imports(path, root=ROOT):
@@ -29,13 +131,6 @@ def _imports(path, root=ROOT):
 def _reaching(path, package, root=ROOT):
     """The imports of `path` that name `package` or a module inside it."""
     return [m for m in _imports(path, root) if m == package or m.startswith(package + ".")]
-
-
-def test_no_core_module_imports_the_tools_or_the_pipeline():
-    for path in sorted(CORE.glob("*.py")):
-        for package in ("nanodflash.tools", "nanodflash.pipeline"):
-            bad = _reaching(path, package)
-            assert not bad, f"core module {path.name} imports {bad}: the core must never depend on {package}"
 
 
 def test_no_tool_imports_the_pipeline():
