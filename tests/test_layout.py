@@ -281,3 +281,23 @@ def test_the_tools_index_names_every_tool_module():
     missing = [p.name for p in sorted(folder.glob("*.py"))
                if p.name != "__init__.py" and not re.search(rf"\b{re.escape(p.name)}\b", index)]
     assert not missing, f"nanodflash/tools/__init__.py's index does not name {missing}: say what each is for"
+
+
+def test_the_readme_lists_exactly_the_core_files_with_their_true_sizes():
+    rows = re.findall(r"^\| `(\w+\.py)` \| (\d+) \((\d+)\) \|", (ROOT / "README.md").read_text(), re.M)
+    listed = {name: (int(total), int(code)) for name, total, code in rows}
+    true = {p.name: (len(p.read_text().splitlines()), lines_of_code(p.read_text())) for p in core_modules()}
+    assert listed == true, f"README's reading table says (lines, code) {listed}; the files have {true}"
+
+
+def long_markdown_lines(path):
+    """Lines over 110 characters, but for a line that is one citation of third-party code (a code span that
+    cannot wrap)."""
+    return [i for i, line in enumerate(path.read_text().splitlines(), 1)
+            if len(line) > 110 and not re.fullmatch(r"\s*(- )?`[^`\s]+`[.,;:]?( and| or)?", line)]
+
+
+def test_the_readme_and_the_docs_keep_to_110_characters_a_line():
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "log.md")]
+    found = {p.name: lines for p in pages if (lines := long_markdown_lines(p))}
+    assert not found, f"lines over 110 characters (file: line numbers): {found}"
