@@ -105,40 +105,39 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None, extra=None):
-    """The CLI. `extra` ({kind: drafter}) adds drafters to those found in --out (e.g. {"dflash2": ...})."""
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    try:
-        tok, target, drafter = load(args.out, args.device)
-        baselines = load_present(args.out, target, args.device, drafter.kind)     # those trained, if any
-        extra = {**baselines, **(extra or {})}
-        for folder in args.drafters:           # other recipes on the same target (checked by fingerprint)
-            name = os.path.basename(os.path.normpath(folder))
-            if name in extra or name == kind_of(drafter):
-                raise ValueError(f"--drafters {folder}: its row name {name!r} is taken; rename the folder")
-            extra[name] = load_drafter(os.path.join(folder, DRAFTER), target, args.device)[0]
-        sampling_path = os.path.join(args.out, SAMPLING_DRAFTER)
-        sampler = (load_drafter(sampling_path, target, args.device)[0]
-                   if os.path.exists(sampling_path) and not args.greedy_only else None)
-        prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
-                                       args.data or run_corpus(args.out))
-        t0 = time.perf_counter()
-        extra = {} if args.greedy_only or args.sampled_only else extra
-        if args.all_rows or args.greedy_only or args.sampled_only:
-            methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
-                                      sampled_only=args.sampled_only)
-        else:
-            methods, extra = headline_methods(drafter, sampler), {}
-        if args.compile:
-            methods += compiled_methods(drafter, sampler, not args.sampled_only, not args.greedy_only)
-        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
-                             log=to_stderr)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
-    wall, by_name, kind = time.perf_counter() - t0, {r["name"]: r for r in rows}, kind_of(drafter)
-    where = machine(args.device)
+def load_run(args, extra):
+    """The run folder's models, its trained baselines with `extra` ({kind: drafter}) and --drafters, and the
+    prompts -> (target, drafter, sampler or None, extra, prompts, which prompts)."""
+    tok, target, drafter = load(args.out, args.device)
+    extra = {**load_present(args.out, target, args.device, drafter.kind), **(extra or {})}
+    for folder in args.drafters:           # other recipes on the same target (checked by fingerprint)
+        name = os.path.basename(os.path.normpath(folder))
+        if name in extra or name == kind_of(drafter):
+            raise ValueError(f"--drafters {folder}: its row name {name!r} is taken; rename the folder")
+        extra[name] = load_drafter(os.path.join(folder, DRAFTER), target, args.device)[0]
+    sampling_path = os.path.join(args.out, SAMPLING_DRAFTER)
+    sampler = (load_drafter(sampling_path, target, args.device)[0]
+               if os.path.exists(sampling_path) and not args.greedy_only else None)
+    prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
+                                   args.data or run_corpus(args.out))
+    return target, drafter, sampler, extra, prompts, which
+
+
+def chosen_methods(args, drafter, sampler, extra):
+    """The rows the flags ask for -> (methods, the extra drafters among them)."""
+    extra = {} if args.greedy_only or args.sampled_only else extra
+    if args.all_rows or args.greedy_only or args.sampled_only:
+        methods = default_methods(drafter, extra, greedy_only=args.greedy_only, sampler=sampler,
+                                  sampled_only=args.sampled_only)
+    else:
+        methods, extra = headline_methods(drafter, sampler), {}
+    if args.compile:
+        methods += compiled_methods(drafter, sampler, not args.sampled_only, not args.greedy_only)
+    return methods, extra
+
+
+def print_rows(args, rows, prompts, which, wall, where):
+    """The header, the table and the terciles -> the names of rows whose greedy output was not plain's."""
     print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {where}")
     print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
@@ -150,9 +149,12 @@ def main(argv=None, extra=None):
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
     print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: "
           f"{'NO: ' + ', '.join(bad) if bad else 'yes'}")
+    return bad
 
-    # the ceiling, from in-loop costs
-    main_B = min(16, drafter.block_size)
+
+def print_ceiling(args, by_name, drafter):
+    """The ceiling from in-loop costs, and the costs block_size="auto" weighs -> (main row, policy costs)."""
+    kind, main_B = kind_of(drafter), min(16, drafter.block_size)
     main_row = by_name.get(f"{kind} greedy B={main_B}")
     policy = bench_table.policy_costs(by_name, kind, main_B)          # block_policy's constants, measured
     if main_row is not None:
@@ -161,12 +163,15 @@ def main(argv=None, extra=None):
             print(bench_table.format_policy_costs(policy, costs_for(drafter)))
         if args.max_new_tokens > 96:                       # long generations: does τ hold late in them?
             print(f"{main_row['name']}: " + format_bands({(lo, hi): t for lo, hi, t in main_row["bands"]}))
+    return main_row, policy
 
+
+def print_acceptance(args, target, drafter, sampler, family, prompts, by_name):
+    """Sampling: where each sampling drafter's rejection rows lose tokens, slot by slot (sum min(p, q) =
+    1 - TV); with --all_rows, the τ a perfect selector among the top-16 would reach
+    -> (acceptance, oracles)."""
     acceptance = oracles = None
-    family = {kind: drafter, **dflash_style(extra)}
     if not args.greedy_only:
-        # sampling: where each sampling drafter's rejection rows lose tokens, slot by slot
-        # (sum min(p, q) = 1 - TV)
         T, p = SAMPLED
         acceptance = {}
         samplers = sampling_drafters(drafter, sampler)
@@ -176,16 +181,18 @@ def main(argv=None, extra=None):
                                                         args.seed)
             print("\n" + lost_tau.format_slot_acceptance(acceptance[name], f"{name} T={T} p={p} rejection"))
     if args.all_rows:
-        # what a perfect selector among each DFlash-style drafter's top-16 candidates would reach
         to_stderr(f"[bench] oracle selector τ of {', '.join(family)}: {len(prompts)} prompts each")
         text, oracles = lost_tau.oracle_section(target, family, prompts, args.max_new_tokens, by_name,
                                                 ORACLE_TOP_K)
         print("\n" + text)
+    return acceptance, oracles
 
-    # step costs in isolation, and one draft step per DFlash-style drafter
+
+def print_step_costs(args, target, drafter, prompts):
+    """Step costs in isolation: a draft, a verify and a plain step (and late in a long generation)."""
     to_stderr(f"[bench] step costs: {N_TIMED_CALLS} timed calls per step")
     costs = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + MAX_NEW_TOKENS // 2,
-                                n=N_TIMED_CALLS)
+                                   n=N_TIMED_CALLS)
     B, ms = costs["block_size"], {k: 1e3 * v for k, v in costs.items() if k.endswith("_s")}
     print(f"\nstep costs (median of {N_TIMED_CALLS} calls, context {costs['context_len']} tokens, B={B}):")
     for label, key in ((f"draft  (drafter: {B - 1} tokens, one pass)", "draft_s"),
@@ -194,33 +201,60 @@ def main(argv=None, extra=None):
         print(f"  {label:<40} {ms[key]:8.3f} ms")
     if args.max_new_tokens > 96:                           # the same steps late in a long generation
         late = draft_costs.step_costs(target, drafter, prompts[0], len(prompts[0]) + args.max_new_tokens - B,
-                                   n=N_TIMED_CALLS)
+                                      n=N_TIMED_CALLS)
         costs["late"] = late
         print(f"  at context {late['context_len']}: " + ", ".join(
             f"{k.split('_')[0]} {1e3 * late[k]:.3f} ms ({late[k] / costs[k]:.2f}x)"
             for k in ("draft_s", "verify_s", "plain_step_s")))
-    draft_steps = None
+    return costs
+
+
+def print_draft_costs(target, drafter, family, extra, prompts, costs, main_row, rows):
+    """One draft step per DFlash-style drafter, the draft-cost curve against AR (the paper's Figure 3: flat
+    for DFlash, linear for AR) and the comparisons with AR and prompt lookup -> (draft steps, curve)."""
+    draft_steps = curve = None
+    kind, B = kind_of(drafter), costs["block_size"]
     if len(family) > 1:                                    # e.g. DFlash 2 vs DFlash, same context and B
         context = draft_costs.realistic_context(target, prompts[0], costs["context_len"])
         draft_steps = draft_costs.draft_step_seconds(target, family, context, B - 1, N_TIMED_CALLS)
         print("\n".join(draft_costs.format_draft_steps(draft_steps, family, B - 1, kind)))
-
-    curve = None
-    if "ar" in extra:                                # the paper's Figure 3: flat for DFlash, linear for AR
+    if "ar" in extra:
         curve = draft_costs.draft_cost_curve(target, {kind: drafter, "ar": extra["ar"]}, prompts[0])
         print("\n" + draft_costs.format_cost_curve(curve))
     lines = [bench_table.compare(main_row, [r for r in rows if r["name"].startswith(prefix)], what)
              for prefix, what in (("ar ", "AR"), ("prompt lookup", "prompt lookup"))]
     print("\n".join([""] + [line for line in lines if line]))
+    return draft_steps, curve
+
+
+def main(argv=None, extra=None):
+    """The CLI. `extra` ({kind: drafter}) adds drafters to those found in --out (e.g. {"dflash2": ...})."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    try:
+        target, drafter, sampler, extra, prompts, which = load_run(args, extra)
+        t0 = time.perf_counter()
+        methods, extra = chosen_methods(args, drafter, sampler, extra)
+        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
+                             log=to_stderr)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    wall, by_name, where = time.perf_counter() - t0, {r["name"]: r for r in rows}, machine(args.device)
+    bad = print_rows(args, rows, prompts, which, wall, where)
+    main_row, policy = print_ceiling(args, by_name, drafter)
+    family = {kind_of(drafter): drafter, **dflash_style(extra)}
+    acceptance, oracles = print_acceptance(args, target, drafter, sampler, family, prompts, by_name)
+    costs = print_step_costs(args, target, drafter, prompts)
+    draft_steps, curve = print_draft_costs(target, drafter, family, extra, prompts, costs, main_row, rows)
+    ceiling = None if main_row is None else main_row["ceiling"]
     if args.json:
         with open(args.json, "w") as f:
-            ceiling = None if main_row is None else main_row["ceiling"]
             json.dump(dict(rows=rows, step_costs=costs, ceiling=ceiling,
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
                            draft_cost_curve=curve, policy_costs=policy, machine=where, out=args.out,
-                           n_prompts=len(prompts), prompts=args.prompts,
-                           prompt_len=PROMPT_LEN, max_new_tokens=args.max_new_tokens,
-                           seed=args.seed), f, indent=2)
+                           n_prompts=len(prompts), prompts=args.prompts, prompt_len=PROMPT_LEN,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
         print(f"wrote {args.json}")
     if bad:
         print(f"error: greedy speculative output differs from plain greedy decoding ({', '.join(bad)}): "

@@ -160,6 +160,52 @@ def parse_args(argv=None):
     return args
 
 
+def print_table(result, batch_sizes):
+    """tokens/s of every method at every batch size, with its ratio to plain batched decoding and its τ."""
+    names = list(next(iter(result.values())))
+    print("\ntotal tokens/s (ratio to plain batched decoding at the same batch size); τ and the "
+          "repetition of the text it was measured on in brackets")
+    print(f"{'method':<22}" + "".join(f"{'batch ' + str(R):>28}" for R in batch_sizes))
+    for name in names + [n for n in result.get(1, {}) if n not in names]:
+        cells = []
+        for R in batch_sizes:
+            a, plain = result[R].get(name), result[R]["plain"]
+            if a is None:
+                cells.append(f"{'':>28}")
+                continue
+            tau = f" [{a['tau']:.2f} {100 * a['repetition']:.0f}%]" if a["tau"] else ""
+            ratio = a["tokens_per_s"] / plain["tokens_per_s"]
+            cells.append(f"{a['tokens_per_s']:8.1f} ({ratio:4.2f}x){tau:>12}")
+        print(f"{name:<22}" + "".join(f"{c:>28}" for c in cells))
+
+
+def print_where_it_pays(result, batch_sizes, greedy):
+    """The batch size where each block size stops paying, auto against plain and the best fixed block, the
+    batched code at one row against the batch-1 loop, and (greedy) whether every output was plain's."""
+    spec = [n for n in next(iter(result.values())) if n.startswith("dflash")]
+    print("\nbatch size at which each block size stops paying (tokens/s below plain):")
+    for name in spec:
+        worse = [R for R in batch_sizes
+                 if result[R][name]["tokens_per_s"] < result[R]["plain"]["tokens_per_s"]]
+        print(f"  {name:<14} {f'batch {worse[0]}' if worse else f'never, up to batch {batch_sizes[-1]}'}")
+    print("\nauto against plain and against the best fixed block size, per batch size:")
+    for R in batch_sizes:
+        res, fixed = result[R], [n for n in spec if n != "dflash B=auto"]
+        best = max(fixed, key=lambda n: res[n]["tokens_per_s"])
+        rate, ratios = res["dflash B=auto"]["tokens_per_s"], res["dflash B=auto"]["pass_ratios"]
+        spread = f" [{min(ratios):.2f}-{max(ratios):.2f} in {len(ratios)} passes]" * (len(ratios) > 1)
+        print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x{spread}, auto / "
+              f"best fixed ({best}) {rate / res[best]['tokens_per_s']:.2f}x")
+    for loop in [n for n in result.get(1, {}) if n.startswith("batch-1 loop")]:
+        same = "dflash " + loop.split()[-1]
+        print(f"  batch 1: {same} (batched code) / {loop}: "
+              f"{result[1][same]['tokens_per_s'] / result[1][loop]['tokens_per_s']:.2f}x")
+    if greedy:
+        bad = [(R, n) for R in batch_sizes for n, a in result[R].items() if not a["matches_plain"]]
+        print("greedy outputs identical to plain batched decoding everywhere: "
+              f"{'NO: ' + str(bad) if bad else 'yes'}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -178,48 +224,8 @@ def main(argv=None):
             result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens, sampling,
                                                 args.seed)
             print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
-        names = list(next(iter(result["batch"].values())))
-        spec = [n for n in names if n.startswith("dflash")]
-        print("\ntotal tokens/s (ratio to plain batched decoding at the same batch size); τ and the "
-              "repetition of the text it was measured on in brackets")
-        print(f"{'method':<22}" + "".join(f"{'batch ' + str(R):>28}" for R in args.batch))
-        for name in names + [n for n in result["batch"].get(1, {}) if n not in names]:
-            cells = []
-            for R in args.batch:
-                a, plain = result["batch"][R].get(name), result["batch"][R]["plain"]
-                if a is None:
-                    cells.append(f"{'':>28}")
-                    continue
-                tau = f" [{a['tau']:.2f} {100 * a['repetition']:.0f}%]" if a["tau"] else ""
-                ratio = a["tokens_per_s"] / plain["tokens_per_s"]
-                cells.append(f"{a['tokens_per_s']:8.1f} ({ratio:4.2f}x){tau:>12}")
-            print(f"{name:<22}" + "".join(f"{c:>28}" for c in cells))
-        print("\nbatch size at which each block size stops paying (tokens/s below plain):")
-        for name in spec:
-            worse = [R for R in args.batch if result["batch"][R][name]["tokens_per_s"]
-                     < result["batch"][R]["plain"]["tokens_per_s"]]
-            where = f"batch {worse[0]}" if worse else f"never, up to batch {args.batch[-1]}"
-            print(f"  {name:<14} {where}")
-        print("\nauto against plain and against the best fixed block size, per batch size:")
-        for R in args.batch:
-            res, fixed = result["batch"][R], [n for n in spec if n != "dflash B=auto"]
-            best = max(fixed, key=lambda n: res[n]["tokens_per_s"])
-            rate = res["dflash B=auto"]["tokens_per_s"]
-            ratios = res["dflash B=auto"]["pass_ratios"]
-            spread = f" [{min(ratios):.2f}-{max(ratios):.2f} in {len(ratios)} passes]" * (len(ratios) > 1)
-            print(f"  batch {R:>3}: auto / plain {rate / res['plain']['tokens_per_s']:.2f}x{spread}, auto / "
-                  f"best fixed ({best}) {rate / res[best]['tokens_per_s']:.2f}x")
-        if 1 in result["batch"]:
-            res = result["batch"][1]
-            for loop in [n for n in res if n.startswith("batch-1 loop")]:
-                same = "dflash " + loop.split()[-1]
-                print(f"  batch 1: {same} (batched code) / {loop}: "
-                      f"{res[same]['tokens_per_s'] / res[loop]['tokens_per_s']:.2f}x")
-        if sampling is None:
-            bad = [(R, n) for R in args.batch for n, a in result["batch"][R].items()
-                   if not a["matches_plain"]]
-            print("greedy outputs identical to plain batched decoding everywhere: "
-                  f"{'NO: ' + str(bad) if bad else 'yes'}")
+        print_table(result["batch"], args.batch)
+        print_where_it_pays(result["batch"], args.batch, greedy=sampling is None)
     tables = cost_tables(target, drafter, sampled=sampling is not None)
     print("\n" + format_costs(tables, "greedy" if sampling is None else "sampled"))
     result.update(step_costs=tables)

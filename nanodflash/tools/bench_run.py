@@ -42,65 +42,82 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     methods = methods or default_methods(drafter)
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
-    device = next(target.parameters()).device
-    warm_tokens, t0 = min(16, max_new_tokens), time.perf_counter()
-
-    def warm_up():
-        for m in methods:
-            m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
-    if warmup:                          # first calls pay for allocation, kernel setup and any compiling
-        warm_up()
-    if log is not None and warmup:              # a rough scale-up of a second, warm pass: a prompt costs
-        t1 = time.perf_counter()                # about its new tokens
-        warm_up()
-        guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts)
-    progress = None if log is None else Progress(log, "bench")       # its clock starts after the warm-up
-    if progress is not None and warmup:
-        progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
-                     f"warm-up, expect about {duration(guess)} for the rows (the first warm-up pass took "
-                     f"{duration(t1 - t0)}, compiling included)")
+    progress = warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log) if warmup else \
+        (None if log is None else Progress(log, "bench"))
     acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
                         bounds=[], runs=[], outs=[], by_prompt=[],
                         matches_plain=True if m.temperature == 0 else None)
            for m in methods}
     counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
-    calls = 0
 
     def run(m, prompt, i):
         counter.n = 0
         return m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed + i))
-
     try:
-        for i, m, (tokens, stats), dt in interleaved(methods, prompts, run, device):
-            a, steps = acc[m.name], len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
-            calls += 1
+        runs = interleaved(methods, prompts, run, next(target.parameters()).device)
+        for calls, (i, m, (tokens, stats), dt) in enumerate(runs, 1):
             if progress is not None:
                 progress.done(calls, len(methods) * len(prompts), f"prompt {i + 1}/{len(prompts)}, {m.name}")
             outputs[i][m.name] = tokens
-            a["outs"].append(tokens)
-            a["tokens"] += len(tokens)
-            a["steps"] += steps
-            a["forwards"] += counter.n
-            a["seconds"] += dt
-            a["rates"].append(len(tokens) / dt)
-            a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
-                                       repetition=repetition(tokens)))
-            if stats is not None:
-                a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
-                a["draft_s"] += stats.draft_time
-                a["verify_s"] += stats.verify_time
-                loop = stats.draft_time + stats.verify_time
-                a["bounds"].append(dict(                                   # loop <= dt (see above)
-                    tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
-                    tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
-                    verify_s=stats.verify_time / max(steps, 1)))
+            add_run(acc[m.name], tokens, stats, dt, counter.n)
     finally:
         counter.remove()
     greedy = [m.name for m in methods if m.temperature == 0]
     for out in outputs:                                     # lossless: every greedy output == the first one's
         for name in greedy:
             acc[name]["matches_plain"] &= out[name] == out[greedy[0]]
-    rows, n = [], len(prompts)
+    return finish_rows(methods, acc, len(prompts))
+
+
+def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log):
+    """Every method once on the first prompt (first calls pay for allocation, kernel setup and any
+    compiling); with `log`, a second, timed pass scaled up to an estimate of the rows' time -> a Progress,
+    or None without `log`."""
+    warm_tokens, t0 = min(16, max_new_tokens), time.perf_counter()
+
+    def one_pass():
+        for m in methods:
+            m.run(target, drafter, prompts[0], warm_tokens, torch.Generator().manual_seed(seed))
+    one_pass()
+    if log is None:
+        return None
+    t1 = time.perf_counter()                    # a rough scale-up of a second, warm pass: a prompt costs
+    one_pass()                                  # about its new tokens
+    guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts)
+    progress = Progress(log, "bench")           # its clock starts after the warm-up
+    progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
+                 f"warm-up, expect about {duration(guess)} for the rows (the first warm-up pass took "
+                 f"{duration(t1 - t0)}, compiling included)")
+    return progress
+
+
+def add_run(a, tokens, stats, dt, forwards):
+    """Add one timed run (its tokens, stats or None for plain decoding, seconds, target forwards) to a
+    method's totals `a`."""
+    steps = len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
+    a["outs"].append(tokens)
+    a["tokens"] += len(tokens)
+    a["steps"] += steps
+    a["forwards"] += forwards
+    a["seconds"] += dt
+    a["rates"].append(len(tokens) / dt)
+    a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
+                               repetition=repetition(tokens)))
+    if stats is not None:
+        a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
+        a["draft_s"] += stats.draft_time
+        a["verify_s"] += stats.verify_time
+        loop = stats.draft_time + stats.verify_time
+        a["bounds"].append(dict(                                           # loop <= dt (run_benchmark)
+            tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
+            tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
+            verify_s=stats.verify_time / max(steps, 1)))
+
+
+def finish_rows(methods, acc, n):
+    """One row per method from its totals over n prompts: τ, tok/s (the median over prompts), speedup and
+    ceiling over the plain row at the same temperature, spread, step cost, τ by repetition."""
+    rows = []
     for m in methods:
         a = acc[m.name]
         rate = statistics.median(a.pop("rates"))

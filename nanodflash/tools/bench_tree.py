@@ -168,6 +168,27 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def print_profiles(records, n_depth):
+    """P(a step accepts >= d drafts) for d = 1..n_depth, per method -> {name: profile}."""
+    profiles = {name: depth_profile(st, n_depth) for name, st in records.items()}
+    print("\nP(step accepts >= d drafts), d = " + " ".join(f"{d:>4}" for d in range(1, n_depth + 1)))
+    for name, prof in profiles.items():
+        print(f"  {name:<22}" + " ".join(f"{x:>4.2f}" for x in prof))
+    return profiles
+
+
+def print_ceiling(target, drafter, prompts, references, single):
+    """The candidate ceiling at the single path's anchors (candidate_ceiling), printed -> its numbers."""
+    ceiling = candidate_ceiling(target, drafter, prompts, references, single)
+    print(f"\ncandidate ceiling at the single path's {ceiling['anchors']} anchors (slot d = "
+          f"1..{drafter.block_size - 1}):")
+    print("  true token in top-K      " + " ".join(f"{x:>4.2f}" for x in ceiling["recall"]))
+    print("  slots 1..d all in top-K  " + " ".join(f"{x:>4.2f}" for x in ceiling["prefix"]))
+    print(f"  tau of a tree of every candidate path (the ceiling of any tree from this pass): "
+          f"{ceiling['tau_ceiling']:.2f}")
+    return ceiling
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -204,22 +225,11 @@ def main(argv=None):
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
           "draft/verify ms: in-loop, per step")
-    n_depth = drafter.block_size - 1
-    profiles = {name: depth_profile(st, n_depth) for name, st in records.items()}
-    print("\nP(step accepts >= d drafts), d = " + " ".join(f"{d:>4}" for d in range(1, n_depth + 1)))
-    for name, prof in profiles.items():
-        print(f"  {name:<22}" + " ".join(f"{x:>4.2f}" for x in prof))
+    profiles = print_profiles(records, drafter.block_size - 1)
     ceiling = None
     if not args.no_ceiling:
         references = [generate(target, p, args.max_new_tokens) for p in prompts]
-        single = records[f"{kind_of(drafter)} B={B}"]
-        ceiling = candidate_ceiling(target, drafter, prompts, references, single)
-        print(f"\ncandidate ceiling at the single path's {ceiling['anchors']} anchors (slot d = "
-              f"1..{n_depth}):")
-        print("  true token in top-K      " + " ".join(f"{x:>4.2f}" for x in ceiling["recall"]))
-        print("  slots 1..d all in top-K  " + " ".join(f"{x:>4.2f}" for x in ceiling["prefix"]))
-        print(f"  tau of a tree of every candidate path (the ceiling of any tree from this pass): "
-              f"{ceiling['tau_ceiling']:.2f}")
+        ceiling = print_ceiling(target, drafter, prompts, references, records[f"{kind_of(drafter)} B={B}"])
     if args.json:
         keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "steps", "tokens", "draft_s",
                 "verify_s", "matches_plain")
