@@ -68,6 +68,7 @@ class DrafterInterface:
     kind = "custom"         # a label for tables and checkpoints, never a switch (the methods answer)
     uses_block_pass = False  # whether its drafts run Drafter.block_pass through its cache's `attend`: the
                              # compiled pass and the batched rows (ext/) run such a drafter their own way
+    compiled = False         # whether that pass runs compiled (ext/compiled.py's compile_drafter)
     cost_book = None        # its step costs (step_costs.CostBook), made when first asked for
 
     @property

@@ -163,6 +163,7 @@ def test_a_bigram_drafter_samples_exactly_the_targets_distribution(small_pair, d
 # ----------------------------------------------------------------------------- decoders ask, never test
 
 ASKING_FILES = ["speculative.py", "ext/tree.py", "ext/sampled_tree.py", "ext/batch.py", "ext/step_costs.py",
+                "ext/block_policy.py", "ext/drafter_rows.py", "ext/timing.py", "tools/watch.py",
                 "tools/trace.py",                "tools/lost_tau.py", "tools/draft_costs.py",
                 "../notebooks/_setup.py"]
 

@@ -63,7 +63,7 @@ def auto(drafter, sampling):
     """The block-size policy `auto` for speculative_generate(block_size=auto): an AdaptiveBlockSize pricing
     drafts by the drafter's step costs at batch 1 (step_costs.costs_for; a compiled drafter's own table)."""
     sampled = not sampling.greedy
-    costs = costs_for(drafter, 1, sampled, getattr(drafter, "compiled", False))
+    costs = costs_for(drafter, 1, sampled, drafter.compiled)
     return AdaptiveBlockSize(drafter.block_size, costs, alpha=prior(sampled))
 
 

@@ -18,7 +18,6 @@ from .prompt_lookup import PromptLookupDrafter
 from .watch import watched_generate
 
 LOOKUP_KS = (4, 10)     # drafted tokens per step (at most) for the prompt lookup rows
-NOT_DFLASH = ("ar", "nofeat")   # extra drafter kinds that are not DFlash-style (no block logits to pick from)
 SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
 SAMPLED_B = 4           # the small block size of the sampled rows (next to the drafter's B and "auto")
 SAMPLED_TREE_NODES = (4, 8)   # draft nodes a step of the sampled-tree rows (sampled_tree.py)
@@ -69,8 +68,9 @@ def kind_of(drafter):
 
 
 def dflash_style(extra):
-    """The extra drafters (by kind) that draft a block of logits in one pass: all but ar / nofeat."""
-    return {k: d for k, d in (extra or {}).items() if k not in NOT_DFLASH}
+    """The extra drafters that draft a block by the block pass over their context (`uses_block_pass`): the
+    DFlash kinds, not the AR chain or the no-feature ablation."""
+    return {k: d for k, d in (extra or {}).items() if d.uses_block_pass}
 
 
 def sampled_sizes(B):
