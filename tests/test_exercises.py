@@ -244,6 +244,16 @@ WRONG = {
                     mask[i, parent[i]] = True
             return mask
         """, "itself and its ancestors"),
+    "tree_mask: squaring the parent matrix too few times for a deep tree": ("tree_mask", """
+        def tree_mask(parent):
+            n = len(parent)
+            m = torch.eye(n, dtype=torch.bool)
+            for i in range(1, n):
+                m[i, parent[i]] = True
+            for _ in range(3):                       # reaches 8 levels up: enough for random trees
+                m = (m.int() @ m.int()) > 0
+            return m
+        """, "(parent 8, depth 9)"),
     "accept_path: follows the drafter's first child": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
             node, path = 0, [0]
@@ -368,6 +378,21 @@ WRONG = {
                 node = child
                 path.append(node)
         """, "outside top-k or top-p"),
+    "accept_path: the drawn token kept as a tensor, so no child is ever found": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            from nanodflash.sampling import probs_from_logits
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    y = sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator)
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "a tensor key is never found"),
     "accept_path: one uniform for the whole path": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
             from nanodflash.sampling import probs_from_logits
@@ -385,6 +410,19 @@ WRONG = {
                 node = child
                 path.append(node)
         """, "does not follow the target's p at that node"),
+    "multi_draft_verify: the count of distinct drafts seen, not the index": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            seen = []
+            for i, d in enumerate(draft_tokens.tolist()):
+                if d not in seen:
+                    seen.append(d)
+                if u[i] * q[d] < r[d]:
+                    return len(seen) - 1, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "repeated drafts counted"),
     "multi_draft_verify: one uniform for every draft": ("multi_draft_verify", """
         def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
             r, q = target_probs, draft_probs

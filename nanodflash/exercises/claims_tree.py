@@ -14,11 +14,12 @@ from .oracle import ALPHA, ancestors, one_position_p_value, random_tree, referen
 
 
 def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
-    """every node sees exactly itself and its ancestors"""
-    for seed in range(5):
-        tree = random_tree(seed, 20)
-        got = student.fn(tree.parent)
-        n = len(tree)
+    """every node sees exactly itself and its ancestors, in random trees and in deep ones (a chain of 20
+    nodes, a chain of 12 with a fan at its end)"""
+    chain, broom = [-1] + list(range(20)), [-1] + list(range(12)) + [12] * 6
+    for parent in [random_tree(seed, 20).parent for seed in range(5)] + [chain, broom]:
+        got = student.fn(parent)
+        n = len(parent)
         if not isinstance(got, torch.Tensor) or got.shape != (n, n):
             raise Failed(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
                          f"{tuple(getattr(got, 'shape', ()))}")
@@ -26,11 +27,11 @@ def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
             raise Failed(f"your mask is {got.dtype}: attention adds a float mask to its scores as a bias "
                          "instead of masking with it; return a bool tensor (True = may attend)")
         for i in range(n):
-            want = ancestors(tree.parent, i)
+            want = ancestors(parent, i)
             sees = {j for j in range(n) if bool(got[i, j])}
             if sees != want:
-                raise Failed(f"node {i} (parent {tree.parent[i]}) must see {sorted(want)}, itself and its "
-                             f"ancestors; yours lets it see {sorted(sees)} (parents {tree.parent})")
+                raise Failed(f"node {i} (parent {parent[i]}, depth {len(want) - 1}) must see {sorted(want)}, "
+                             f"itself and its ancestors; yours lets it see {sorted(sees)} (parents {parent})")
 
 
 def tree_decode(nodes):
@@ -89,12 +90,18 @@ def claim_accept_path_emits_each_nodes_distribution(student):
     for temperature, top_k, top_p in ((1.0, 4, 0.8), (0.7, None, None)):
         p = probs_from_logits(logits, temperature, top_k, top_p)                  # (nodes, 6)
         counts = torch.zeros_like(p)
+        setting = f"T={temperature}" + (f", top_k={top_k}, top_p={top_p}" if top_k else "")
         for _ in range(3000):
             path, bonus = student.fn(tree, logits, temperature, top_k, top_p, g)
+            stuck = tree.children[path[-1]].get(int(bonus))
+            if stuck is not None:
+                raise Failed(f"at {setting}, your walk stopped at node {path[-1]} and emitted token "
+                             f"{int(bonus)}, which its child {stuck} holds: go down to that child and draw "
+                             "again there (look the child up by an int: a tensor key is never found in a "
+                             "dict)")
             after = [tree.tokens[n] for n in path[1:]] + [int(bonus)]
             for node, token in zip(path, after):
                 counts[node, token] += 1
-        setting = f"T={temperature}" + (f", top_k={top_k}, top_p={top_p}" if top_k else "")
         for node in range(len(tree)):
             impossible = ((p[node] == 0) & (counts[node] > 0)).nonzero().flatten().tolist()
             if impossible:

@@ -266,13 +266,21 @@ def claim_multi_draft_emits_exactly_p(student):
 
 
 def claim_multi_draft_accepts_more_with_more_drafts(student):
-    """accepts a draft more often with more drafts (2 beat 1, 4 beat 2)"""
+    """accepts a draft more often with more drafts (2 beat 1, 4 beat 2), and the index it returns is the
+    accepted draft's, repeated drafts counted"""
     p, q = far_apart(0)
     g = torch.Generator().manual_seed(2)
     rates = []
     for k in (1, 2, 4):
-        hits = sum(int(student.fn(torch.multinomial(q, k, replacement=True, generator=g), q, p, g)[0]) >= 0
-                   for _ in range(2000))
+        hits = 0
+        for _ in range(2000):
+            drafts = torch.multinomial(q, k, replacement=True, generator=g)
+            i, token = (int(x) for x in student.fn(drafts, q, p, g))
+            if i >= 0 and int(drafts[i]) != token:
+                raise Failed(f"drafts {drafts.tolist()}: you returned index {i} and token {token}, but draft "
+                             f"{i} is {int(drafts[i])}: return the position of the accepted draft in "
+                             "draft_tokens, repeated drafts counted (a sampled tree moves to child i)")
+            hits += i >= 0
         rates.append(hits / 2000)
     if not rates[0] < rates[1] < rates[2]:
         raise Failed(f"it accepts a draft {rates[0]:.2f} / {rates[1]:.2f} / {rates[2]:.2f} of the time with "
