@@ -65,6 +65,14 @@ WRONG = {
             n = draft_tokens.numel()
             return n, int(target_logits[n].argmax())
         """, "you accepted a draft the target disagreed with"),
+    "greedy_verify: one block only, never the batched decoder's rows": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            best = target_logits.argmax(-1).tolist()
+            n = 0
+            while n < draft_tokens.numel() and int(draft_tokens[n]) == best[n]:
+                n += 1
+            return n, best[n]
+        """, "draft_tokens (R, n)"),
     "greedy_verify: counts every agreeing draft, not the leading ones": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             best = target_logits.argmax(-1)

@@ -40,7 +40,8 @@ EXERCISES = [
              "argmax of the row right after them.",
              (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
               cv.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
-              cv.claim_greedy_speculative_equals_greedy_decoding)),
+              cv.claim_greedy_speculative_equals_greedy_decoding,
+              cv.claim_batched_greedy_decoding_with_it_equals_greedy_decoding)),
     Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "

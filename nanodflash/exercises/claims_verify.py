@@ -8,6 +8,7 @@ import itertools
 
 import torch
 
+from ..ext.batch import speculative_generate_batch
 from ..ext.sampled_tree import SampledDraws
 from ..speculative import generate, speculative_generate
 from ..verify import greedy_verify, residual_distribution
@@ -146,6 +147,25 @@ def claim_greedy_speculative_equals_greedy_decoding(student):
     """greedy speculative decoding with it is token-identical to plain greedy decoding"""
     compare_with_greedy(student, lambda t, d, p, n: speculative_generate(t, d, p, n)[0],
                         "your speculative output")
+
+
+def claim_batched_greedy_decoding_with_it_equals_greedy_decoding(student):
+    """the batched decoder (one row, and three) with it gives each row plain greedy decoding's tokens"""
+    target = tiny_target()
+    drafter = greedy_drafters(target, 8, False)[0][1]
+    wants = [generate(target, prompt, 24) for prompt in PROMPTS]
+    for n_rows in (1, 3):
+        try:
+            with student.installed():
+                got, _ = speculative_generate_batch(target, drafter, PROMPTS[:n_rows], 24, block_size=4)
+        except (IndexError, RuntimeError, TypeError, ValueError) as e:
+            raise Failed(f"the batched decoder failed with your greedy_verify on {n_rows} row(s): "
+                         f"{type(e).__name__}: {e}. It calls it with draft_tokens (R, n), padded with -1, "
+                         "and target_logits (R, n+1, V), and reads two (R,) tensors back (a loop over the "
+                         "rows is fine)") from None
+        if got != wants[:n_rows]:
+            raise Failed(f"the batched decoder with your greedy_verify, {n_rows} row(s): not plain greedy "
+                         "decoding's tokens (a padded draft, -1, matches no token)")
 
 
 def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule"):

@@ -10,7 +10,9 @@ CONTRACTS = {
     (n + 1, V) whose row i holds the target's scores for the token after the anchor and the first i drafts.
     Returns two Python ints: how many drafts greedy decoding would have produced itself, and the token it
     produces next. The decoder keeps exactly that many drafts plus that token, so greedy speculative output
-    equals plain greedy output token for token.""",
+    equals plain greedy output token for token. The batched decoder calls it for R rows at once:
+    draft_tokens (R, n), padded with -1 where a row has fewer drafts, and target_logits (R, n + 1, V); then it
+    returns two LongTensors of shape (R,) (a loop over the rows is fine).""",
     "match_verify": """
     Arguments: draft_tokens (n,), drafted by argmax; target_probs (n + 1, V), the target's distribution at
     each of the n + 1 positions; generator, a torch.Generator for every random draw. Returns (kept drafts,
