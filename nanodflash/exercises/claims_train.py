@@ -62,7 +62,9 @@ def claim_training_mask_is_made_on_the_anchors_device(student):
         got = student.fn(anchors, 16, 4)
     except RuntimeError as e:
         raise Failed(f"with anchors on another device ('meta' here, as a GPU's would be) it raised: {e}. "
-                     "Build every tensor on anchors.device (torch.arange(..., device=anchors.device))"
+                     "Build every tensor on anchors.device (torch.arange(..., device=anchors.device)) and "
+                     "read no anchor back into Python (.tolist(), int(), .item()): the meta device holds no "
+                     "data"
                      ) from None
     if not isinstance(got, torch.Tensor) or got.device != anchors.device or got.shape != (1, 12, 28):
         raise Failed(f"with anchors on the meta device the mask must be a (1, 12, 28) tensor there too; "

@@ -38,7 +38,9 @@ CONTRACTS = {
     Arguments: anchors (N, K), the K anchor positions of each of N sequences; seq_len S, the context
     length; block_size B. Returns a bool tensor (N, K*B, S + K*B): True where a block's query may attend to
     a key. Keys are the S context positions, then the K blocks' slots. Training runs K blocks per sequence
-    in one pass; each must see what it would see at inference and nothing more.""",
+    in one pass; each must see what it would see at inference and nothing more. Build it on anchors.device
+    with tensor operations, reading no anchor back into Python (no .tolist(), int() or .item()): the check
+    also runs it with anchors on the meta device, which has shapes and no data, as a GPU's stand-in.""",
     "loss_decay_weights": """
     Arguments: block_size B; gamma (None: the paper's choice, 7 for B = 16, 5 for 10, 4 for 8, else
     max(1, B/2)). Returns a float tensor of shape (B,): the weight of each slot's loss in training. Slot 0 is
