@@ -262,6 +262,37 @@ WRONG = {
                 m = (m.int() @ m.int()) > 0
             return m
         """, "(parent 8, depth 9)"),
+    "training_mask: every block takes the first block's anchor": ("training_mask", """
+        def training_mask(anchors, seq_len, block_size):
+            N, K = anchors.shape
+            B = block_size
+            first = anchors[:, :1].expand(N, K * B)                                 # block 0's anchor for all
+            ctx = torch.arange(seq_len, device=anchors.device)[None, None, :] < first[:, :, None]
+            blocks = torch.arange(K * B, device=anchors.device) // B
+            own = (blocks[:, None] == blocks[None, :]).expand(N, -1, -1)
+            return torch.cat([ctx, own], dim=-1)
+        """, "instead of its own"),
+    "loss_decay_weights: the paper's weights, normalised to sum to 1": ("loss_decay_weights", """
+        def loss_decay_weights(block_size, gamma=None):
+            g = gamma or {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+            k = torch.arange(block_size, dtype=torch.float64)
+            w = torch.exp(-(k - 1) / g)
+            w[0] = 0
+            return (w / w.sum()).float()
+        """, "a constant factor does not change it"),
+    "multi_draft_verify: a repeated draft skips the residual step": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            tested = set()
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u[i] * q[d] < r[d]:
+                    return i, d
+                if d not in tested:
+                    r = residual_distribution(r, q)
+                tested.add(d)
+            return -1, int(sample(r, generator))
+        """, "a repeated draft's too"),
     "accept_path: follows the drafter's first child": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
             node, path = 0, [0]
@@ -286,7 +317,7 @@ WRONG = {
                 if u[i] * draft_probs[d] < target_probs[d]:
                     return i, d
             return -1, int(sample(residual_distribution(target_probs, draft_probs), generator))
-        """, "against the residual the rejection left"),
+        """, "before the next test"),
     "match_verify: the bonus after a full block from the last draft's row": ("match_verify", """
         def match_verify(draft_tokens, target_probs, generator=None):
             n = draft_tokens.numel()

@@ -13,11 +13,17 @@ from .oracle import reference_mask
 MASK_CASES = [([[0, 5, 9], [7, 7, 2]], 16, 4), ([[3, 11], [0, 8]], 20, 5), ([[6]], 12, 3)]
 
 
-def describe_mask_error(anchors, seq_len, B, n, q, j, yours):
-    """What it means that the student's mask says `yours` at row n, query q, key j."""
+def describe_mask_error(anchors, seq_len, B, n, q, j, yours, row=None):
+    """What it means that the student's mask says `yours` at row n, query q, key j; row: the student's whole
+    mask row of that query (to tell another block's anchor from an off-by-one)."""
     b, i = divmod(q, B)
     a = anchors[n][b]
     who = f"slot {i} of block {b} (anchor at position {a}, sequence {n})"
+    seen = None if row is None else [k for k in range(seq_len) if bool(row[k])]
+    other = [b2 for b2, a2 in enumerate(anchors[n]) if a2 != a and seen == list(range(a2))]
+    if j < seq_len and other:
+        return (f"{who} sees the context of block {other[0]}'s anchor (positions < {anchors[n][other[0]]}) "
+                f"instead of its own: each query takes the anchor of its own block, anchors[n, q // B]")
     if j < seq_len:
         if yours and j == a:
             return (f"{who} sees context position {a}, its own anchor's position: the anchor is the block's "
@@ -48,7 +54,7 @@ def claim_training_mask_equals_the_plain_loop_reference(student):
         wrong = (got != want).nonzero()
         if len(wrong):
             n, q, j = (int(x) for x in wrong[0])
-            raise Failed(describe_mask_error(anchors, seq_len, B, n, q, j, bool(got[n, q, j])))
+            raise Failed(describe_mask_error(anchors, seq_len, B, n, q, j, bool(got[n, q, j]), got[n, q]))
 
 
 DECAY_CASES = [(16, None), (16, 7.0), (8, None), (10, None), (12, None), (5, None), (7, None), (4, 1.0),
@@ -90,6 +96,10 @@ def claim_decay_weights_follow_the_papers_formula(student):
         if abs(float(got[1]) - math.exp(-1 / g)) < 1e-6:
             raise Failed(f"slot 1's weight is exp(-1/gamma) = {float(got[1]):.3f} ({setting}): the decay "
                          "starts at 1 on slot 1, the first draft: exp(-(k-1)/gamma), not exp(-k/gamma)")
+        if got.sum() > 0 and torch.allclose(got / got.sum(), want.double() / want.sum(), atol=1e-6):
+            raise Failed(f"for {setting} yours are the paper's weights times {float(got[1]):.4f} (scaled?): "
+                         "the loss is a weighted mean, so a constant factor does not change it, but the "
+                         "contract is the weights themselves, w_k = exp(-(k-1)/gamma), 1 on slot 1")
         if gamma is None:
             raise Failed(f"with gamma=None and block_size={B} the weights must use the paper's gamma = {g:g} "
                          f"(7 for B=16, 5 for 10, 4 for 8, else B/2); yours {got.tolist()}")

@@ -281,8 +281,9 @@ def claim_multi_draft_emits_exactly_p(student):
             if not value >= ALPHA:                      # a NaN p-value fails too
                 raise Failed(f"with {k} drafts the emitted tokens do not follow p: chi-square p = "
                              f"{value:.1e} over 4000 draws (a correct rule fails with probability 1e-4). "
-                             "After each rejected draft the next one is tested against the residual the "
-                             "rejection left, not p.")
+                             "Test the drafts in the order given, one uniform each, against r (p at first); "
+                             "after every rejection, a repeated draft's too, r = residual_distribution(r, q) "
+                             "before the next test; when all are rejected, draw from the last r.")
 
 
 def claim_multi_draft_accepts_more_with_more_drafts(student):
