@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import torch
@@ -143,6 +144,18 @@ def test_two_run_folders_with_other_tables_decode_interleaved_in_one_process_exa
 def nanodflash_load(folder):
     import nanodflash
     return nanodflash.load(str(folder), sampling=True)
+
+
+def test_a_cost_table_handed_to_auto_decides_its_block_sizes_and_the_output_stays_plain_greedy(target):
+    drafter = tiny_drafter(target, seed=12, block_size=8)
+    want = generate(target, PROMPT, 30)
+    sizes = {}
+    for name, costs in (("cheap", linear_costs(8, 1.01, 0.0)), ("dear", linear_costs(8, 3.0, 0.5))):
+        out, stats = speculative_generate(target, drafter, PROMPT, 30, block_size=partial(auto, costs=costs))
+        assert out == want, f"auto with the {name} table handed in changed the greedy output"
+        sizes[name] = set(stats.block_sizes)
+    assert sizes["dear"] == {1} and sizes["cheap"] != {1}, \
+        f"the table handed in must decide: block sizes {sizes} (dear: never draft; cheap: draft)"
 
 
 def test_a_fixed_table_replaces_the_folders_and_the_costs_drive_the_block_sizes(target):

@@ -59,11 +59,12 @@ def prior(sampled):
     return SAMPLED_PRIOR_ALPHA if sampled else PRIOR_ALPHA
 
 
-def auto(drafter, sampling):
+def auto(drafter, sampling, costs=None):
     """The block-size policy `auto` for speculative_generate(block_size=auto): an AdaptiveBlockSize pricing
-    drafts by the drafter's step costs at batch 1 (step_costs.costs_for; a compiled drafter's own table)."""
+    drafts by `costs` ([cost(n) for n in 0..B-1]; partial(auto, costs=...) hands a table in), else by the
+    drafter's step costs at batch 1 (step_costs.costs_for; a compiled drafter's own table)."""
     sampled = not sampling.greedy
-    costs = costs_for(drafter, 1, sampled, drafter.compiled)
+    costs = costs if costs is not None else costs_for(drafter, 1, sampled, drafter.compiled)
     return AdaptiveBlockSize(drafter.block_size, costs, alpha=prior(sampled))
 
 
