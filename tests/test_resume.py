@@ -155,6 +155,25 @@ def test_a_resume_file_from_other_settings_is_refused_naming_the_difference_and_
     assert not (out / "drafter.pt.resume").exists(), "--fresh should delete the old resume file"
 
 
+def test_a_resume_file_of_an_earlier_weight_layout_is_reported_and_the_stage_starts_over(tmp_path):
+    from helpers import tiny_target
+    path, said = tmp_path / "target.pt.resume", []
+    model = tiny_target(seed=1)
+    opt = torch.optim.AdamW(model.parameters())
+    resume.Resume(str(path), "target", {"lr": 1}, model=model, optimizer=opt).save(3)
+    saved = torch.load(path, weights_only=False)
+    saved["state"]["model"] = {k.replace("qkv_proj", "q_proj"): v for k, v in saved["state"]["model"].items()}
+    torch.save(saved, path)                                      # names as an earlier layout wrote them
+    fresh = tiny_target(seed=2)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    step = resume.Resume(str(path), "target", {"lr": 1}, log=said.append, model=fresh,
+                         optimizer=torch.optim.AdamW(fresh.parameters())).restore(10)
+    assert step == 0 and not path.exists(), "a file of another weight layout must be dropped"
+    assert said and "earlier layout" in said[0], f"the stage must say why it starts over: {said}"
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items()), \
+        "nothing of the stale file may reach the model"
+
+
 def test_a_truncated_resume_file_is_reported_in_one_line_and_the_stage_restarts_cleanly(
         smoke_out, tmp_path, monkeypatch, capsys):
     out = copy_stages(smoke_out, tmp_path / "run", ["tokenizer.bpe", "target.pt", "data.pt"])

@@ -119,6 +119,13 @@ class Resume:
             raise ValueError(f"{self.path} was saved by a {self.stage} stage with other settings: "
                              f"{'; '.join(diff)}. Rerun with the same flags to resume it, or with --fresh "
                              "to start over")
+        stale = [name for name, obj in self.state.items()
+                 if isinstance(obj, torch.nn.Module) and set(state[name]) != set(obj.state_dict())]
+        if stale:                                   # e.g. saved before q, k, v became one stacked weight
+            self.log(f"[{self.stage}] {self.path} holds weights under other names than the model's "
+                     f"({', '.join(stale)}: an earlier layout); starting the {self.stage} stage over")
+            os.remove(self.path)
+            return 0
         for name, obj in self.state.items():
             if isinstance(obj, torch.Generator):
                 obj.set_state(state[name])
