@@ -768,6 +768,26 @@ def test_every_exercise_has_three_hint_levels_from_the_command_line():
     assert refused.returncode != 0 and "invalid choice: 4" in refused.stderr, refused.stderr
 
 
+def test_hint_2_gives_the_steps_in_words_and_hint_3_the_code_with_every_argument_the_claims_check():
+    from difflib import SequenceMatcher
+
+    from nanodflash.exercises.hints import hint
+    for e in EXERCISES:
+        steps, code = hint(e, 2), hint(e, 3)
+        assert SequenceMatcher(None, steps, code).ratio() < 0.5, \
+            f"{e.name}: hint 2 says what hint 3 says; give the steps in words there\n{steps}\n{code}"
+        if any(c.__name__ == "claim_sampled_rules_draw_only_from_their_generator" for c in e.claims):
+            assert "generator" in code, f"{e.name}: hint 3 must draw from the generator its claims check"
+
+
+def test_a_failure_of_a_written_function_points_to_the_steps_and_an_unwritten_one_to_the_idea():
+    from nanodflash.exercises.hints import which_hint
+    claim = "greedy speculative decoding with it is token-identical to plain greedy decoding"
+    assert which_hint(claim, "your speculative output differs at token 3")[0] == 2, \
+        "a written function that fails a whole decoding misses a step: hint 2"
+    assert which_hint(claim, "raised NotImplementedError")[0] == 1, "an unwritten function wants the idea"
+
+
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(StudentFileError, match="start greedy_verify"):
         load_function(str(tmp_path / "none.py"), "greedy_verify", BY_NAME["greedy_verify"].original())

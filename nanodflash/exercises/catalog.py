@@ -49,7 +49,8 @@ EXERCISES = [
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_match_keeps_every_draft_the_target_is_sure_of,
               cb.claim_match_step_emits_each_rows_distribution,
-              cv.claim_match_decoding_has_exactly_the_targets_distribution)),
+              cv.claim_match_decoding_has_exactly_the_targets_distribution),
+             "import torch\n\nfrom nanodflash.sampling import sample"),
     Exercise("rejection_verify", "nanodflash.verify",
              "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 30,
              "sampling, drafts drawn from q: keep as many as possible, exactly the target's distribution",
@@ -65,7 +66,8 @@ EXERCISES = [
     Exercise("residual_distribution", "nanodflash.verify",
              "why lossless: 'One position, computed exactly'", 10,
              "the distribution a rejected draft is replaced from",
-             "clamp p - q at 0, divide each row by its sum; where a row's sum is 0 (p == q), return p's row.",
+             "take, token by token, what p has beyond q (nothing where q has more); scale each row to sum "
+             "to 1; where nothing is left (p equals q), the row is p's own.",
              (cv.claim_residual_is_the_normalized_positive_part_of_p_minus_q,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution)),
     Exercise("probs_from_logits", "nanodflash.sampling", "why lossless: 'The real models, sampling'", 25,
@@ -85,13 +87,15 @@ EXERCISES = [
     Exercise("loss_decay_weights", "nanodflash.loss",
              "training what matters: '1. Loss-decay weights'", 10,
              "the paper's loss weight per slot: early slots matter most",
-             "w_k = exp(-(k-1)/gamma) for k = 1..B-1 and 0 for slot 0; gamma None: 7 for B=16, 5 for 10, 4 "
-             "for 8, else max(1, B/2).",
+             "one weight per slot 0..B-1: slot 0, the anchor, weighs 0; from slot 1 on the weights fall "
+             "exponentially, 1 at slot 1 and a factor e lower every gamma slots; gamma None is the paper's "
+             "value for the block size: 7 for B=16, 5 for 10, 4 for 8, else max(1, B/2).",
              (ct.claim_decay_weights_follow_the_papers_formula,)),
     Exercise("tree_mask", "nanodflash.ext.tree", "trees: '2. The tree mask'", 10,
              "which tree nodes each node may attend to in the verify pass",
-             "parent[i] is node i's parent (-1 for the root; parents come before their children); node i "
-             "sees itself and everything its parent sees.",
+             "parent[i] is node i's parent (-1 for the root; parents come before their children): start "
+             "from a mask where every node sees only itself, then go through the nodes in order and give "
+             "each one everything its parent already sees (an (N+1, N+1) bool tensor).",
              (ctree.claim_tree_mask_lets_each_node_see_exactly_its_ancestors,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding)),
     Exercise("accept_path", "nanodflash.ext.tree",
@@ -127,8 +131,10 @@ EXERCISES = [
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
              "q, and several drafts for one slot'", 30,
              "several drafts for one position, tested one after another (recursive rejection)",
-             "r = p; for each draft d_i: accept (return i, d_i) when u_i < r(d_i) / q(d_i), else "
-             "r = residual_distribution(r, q); when all are rejected return (-1, a draw from r).",
+             "keep a distribution r, p at first; test the drafts in their order, each with its own uniform "
+             "from the generator, against r(d) / q(d); a rejected draft, a repeat too, turns r into its "
+             "residual against q before the next test; accepted: its position in draft_tokens and its "
+             "token; none accepted: -1 and a draw from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
               cv.claim_multi_draft_accepts_more_with_more_drafts,

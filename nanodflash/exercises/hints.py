@@ -42,9 +42,10 @@ CONTRACTS = {
     with tensor operations, reading no anchor back into Python (no .tolist(), int() or .item()): the check
     also runs it with anchors on the meta device, which has shapes and no data, as a GPU's stand-in.""",
     "loss_decay_weights": """
-    Arguments: block_size B; gamma (None: the paper's choice, 7 for B = 16, 5 for 10, 4 for 8, else
-    max(1, B/2)). Returns a float tensor of shape (B,): the weight of each slot's loss in training. Slot 0 is
-    the anchor (known, never drafted); a draft after a wrong one is never kept, so errors early in the block
+    Arguments: block_size B; gamma, the decay length in slots (None: the paper's choice, 7 for B = 16, 5 for
+    10, 4 for 8, else max(1, B/2)). Returns a float tensor w of shape (B,): w_k, the weight of slot k's loss
+    in training, which decays exponentially from the first draft on, with decay length gamma. Slot 0 is the
+    anchor (known, never drafted). A draft after a wrong one is never kept, so errors early in the block
     cost more than late ones.""",
     "tree_mask": """
     Argument: parent, a list of N + 1 ints, parent[0] = -1 for the root and parent[i] < i otherwise.
@@ -87,8 +88,9 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
     "rejection_verify": (
         'Accept a draft with probability min(1, p/q): where q over-proposes a token, some of its draws are '
         'thrown away; the mass thrown away is redrawn from where p exceeds q.',
-        'for i, d in enumerate(drafts): if not u[i] < p[i, d] / q[i, d]: return i, sample(residual(p[i], '
-        'q[i])); return n, sample(p[n])'),
+        'u = torch.rand(n, generator=generator, dtype=torch.float64); for i, d in enumerate(drafts.tolist()):'
+        ' if not u[i] < p[i, d] / q[i, d]: return i, int(sample(residual_distribution(p[i], q[i]), '
+        'generator)); return n, int(sample(p[n], generator))'),
     "residual_distribution": (
         'After rejection, the tokens accepted so far follow min(p, q); what is missing to make p is p - '
         'min(p, q) = max(0, p - q), normalised.',
@@ -115,8 +117,8 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
         'The target picks a token at each node; follow it down the tree as long as some child drafted '
         "exactly that token. Where none did, the target's token is the bonus.",
         'node, path = 0, [0]; loop: y = int(argmax(logits[node])) or int(sample(probs_from_logits('
-        'logits[node], ...))); if y not in tree.children[node]: return path, y; node = '
-        'tree.children[node][y]; path.append(node)  (y an int: the children are keyed by ints)'),
+        'logits[node], temperature, top_k, top_p), generator)); if y not in tree.children[node]: return '
+        'path, y; node = tree.children[node][y]; path.append(node)  (y an int: children are keyed by ints)'),
     "keep_path": (
         "The kept nodes' keys and values are in the cache already, only at the wrong positions; move them to"
         ' consecutive positions after start and forget the rest.',
@@ -129,8 +131,9 @@ HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalo
     "multi_draft_verify": (
         'Test the drafts one after another, each against what the rejections so far left of p: the residual '
         "plays p's role for the next draft.",
-        'r = p; for i, d in enumerate(drafts.tolist()): if rand() < r[d] / q[d]: return i, d; r = '
-        'residual(r, q); return -1, int(sample(r))'),
+        'r = p; u = torch.rand(k, generator=generator, dtype=torch.float64); for i, d in enumerate('
+        'drafts.tolist()): if u[i] * q[d] < r[d]: return i, d; r = residual_distribution(r, q); '
+        'return -1, int(sample(r, generator))'),
 }
 
 
@@ -143,19 +146,19 @@ def hint(exercise, level):
 
 
 def which_hint(claim_text, message):
-    """The hint level that addresses a failed claim, and a line that says so: a function not written yet,
-    or a claim about whole decodings (its text says "decoding"), wants the idea (1); a claim on hand-made
-    cases or a time-out wants the steps (2); an error raised after the function returned is about what it
-    returns, which the contract at the top of the file states.
+    """The hint level that addresses a failed claim, and a line that says so: a function not written yet
+    wants the idea (1); a written one that fails a claim, on hand-made cases or in a whole decoding, has the
+    idea and misses a step (2); an error raised after the function returned is about what it returns, which
+    the contract at the top of the file states.
 
     >>> which_hint("greedy tree decoding with it is token-identical to plain greedy decoding", "differs")[0]
-    1
-    >>> which_hint("every node sees exactly itself and its ancestors", "node 3 must see [0, 1, 3]")[0]
     2
+    >>> which_hint("every node sees exactly itself and its ancestors", "raised NotImplementedError")[0]
+    1
     """
     if message.startswith("after your "):
         return None, "what your function returns broke the code after it: reread the contract in its " \
                      "docstring"
-    if "raised NotImplementedError" in message or "decoding" in claim_text:
+    if "raised NotImplementedError" in message:
         return 1, "hint 1 (the idea) addresses this failure"
     return 2, "hint 2 (the steps) addresses this failure"
