@@ -65,6 +65,47 @@ WRONG = {
             n = draft_tokens.numel()
             return n, int(target_logits[n].argmax())
         """, "you accepted a draft the target disagreed with"),
+    "greedy_verify: two 0-d tensors where ints are due": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            best = target_logits.argmax(-1)
+            n = (draft_tokens == best[..., :draft_tokens.size(-1)]).long().cumprod(-1).sum(-1)
+            return n, best.gather(-1, n[..., None])[..., 0]
+        """, "two Python ints"),
+    "greedy_verify: the -1 padding clamped to token 0": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            d, best = draft_tokens.clamp(min=0), target_logits.argmax(-1)
+            n = (d == best[..., :d.size(-1)]).long().cumprod(-1).sum(-1)
+            bonus = best.gather(-1, n[..., None])[..., 0]
+            return (int(n), int(bonus)) if d.dim() == 1 else (n, bonus)
+        """, "padding matches no token"),
+    "greedy_verify: the argmax of a float32 softmax": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            best = torch.softmax(target_logits.float(), -1).argmax(-1)
+            n = (draft_tokens == best[..., :draft_tokens.size(-1)]).long().cumprod(-1).sum(-1)
+            bonus = best.gather(-1, n[..., None])[..., 0]
+            return (int(n), int(bonus)) if draft_tokens.dim() == 1 else (n, bonus)
+        """, "rounds them into a tie"),
+    "rejection_verify: the bonus after a fully kept block from the global generator": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] < target_probs[i, d] / draft_probs[i, d]:
+                    r = residual_distribution(target_probs[i], draft_probs[i])
+                    return i, int(sample(r, generator))
+            return n, int(sample(target_probs[n]))
+        """, "global random state"),
+    "multi_draft_verify: the last draw, every draft rejected, from the global generator": (
+        "multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u[i] * q[d] < r[d]:
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(r))
+        """, "global random state"),
     "greedy_verify: one block only, never the batched decoder's rows": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             best = target_logits.argmax(-1).tolist()

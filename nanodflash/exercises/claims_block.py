@@ -147,19 +147,28 @@ def reproducible(call, name):
                      "draw must come from the generator it is given")
 
 
-def claim_sampled_rules_draw_only_from_their_generator(student):
-    """draws every random number from the generator it is given: a seeded run repeats"""
-    name = student.name
+def generator_calls(name, fn):
+    """Calls fn(generator) of a sampled rule that reach each of its draws: a block cut short and, for the
+    block rules, one fully accepted (the bonus drawn from the last row); for multi_draft_verify, one draft
+    accepted and every draft rejected (the token drawn from what is left)."""
     p, q = block_rows(0)
     if name == "accept_path":
         tree, logits = hand_made_tree()
-        call = lambda g: student.fn(tree, logits, 1.0, None, None, g)           # noqa: E731
-    elif name == "multi_draft_verify":
+        return [lambda g: fn(tree, logits, 1.0, None, None, g)]
+    if name == "multi_draft_verify":
         drafts = sample(q[0].expand(3, -1), torch.Generator().manual_seed(0))
-        call = lambda g: student.fn(drafts, q[0], p[0], g)                      # noqa: E731
-    else:
-        drafts = sample(q, torch.Generator().manual_seed(0))
-        call = ((lambda g: student.fn(drafts, p, g)) if name == "match_verify"
-                else (lambda g: student.fn(drafts, q, p, g)))
-    for _ in range(3):
-        reproducible(call, name)
+        zero = (p[0] == 0).nonzero().flatten()[:1].repeat(3)                   # p gives them nothing
+        return [lambda g: fn(drafts, q[0], p[0], g), lambda g: fn(zero, q[0], p[0], g)]
+    drafts = sample(q, torch.Generator().manual_seed(0))
+    if name == "match_verify":
+        sure = torch.nn.functional.one_hot(drafts, p.size(-1)).double()  # the target sure of each
+        return [lambda g: fn(drafts, p, g), lambda g: fn(drafts, torch.cat([sure, p[-1:]]), g)]
+    return [lambda g: fn(drafts, q, p, g), lambda g: fn(drafts, q, torch.cat([q, p[-1:]]), g)]   # p = q
+
+
+def claim_sampled_rules_draw_only_from_their_generator(student):
+    """draws every random number from the generator it is given, on every path through it (a block cut
+    short, a block fully accepted, every draft rejected): a seeded run repeats"""
+    for call in generator_calls(student.name, student.fn):
+        for _ in range(3):
+            reproducible(call, student.name)

@@ -49,10 +49,10 @@ BLOCKS = (3, 4)
 def two_ints(result, name):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Failed(f"{name} must return a pair (n_accepted, next_token); yours returned {result!r}")
-    try:
-        return int(result[0]), int(result[1])
-    except (TypeError, ValueError):
-        raise Failed(f"{name} must return two ints; yours returned {result!r}") from None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in result):
+        raise Failed(f"{name} must return two Python ints (int(x) of a tensor); yours returned {result!r}: "
+                     "the decoder puts the token in the list of ints it returns")
+    return result
 
 
 def greedy_blocks(seed, n_cases=40, V=16):
@@ -102,6 +102,13 @@ def claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding(student):
     """where two tokens tie for the target's top logit, takes the lower id, as plain greedy decoding does"""
     logits = torch.zeros(3, 8, dtype=torch.float64)
     logits[:, 2] = logits[:, 5] = 1.0                                       # ids 2 and 5 tie in every row
+    near = torch.zeros(2, 8, dtype=torch.float64)
+    near[:, 4], near[:, 6] = 1.0, 1.0 + 1e-9                               # id 6 above id 4 by 1e-9
+    got = two_ints(student.fn(torch.tensor([6]), near), "greedy_verify")
+    if got != (1, 6):
+        raise Failed(f"with id 6's logit 1e-9 above id 4's in float64, yours gives {got} for draft 6, the "
+                     "argmax (1, 6): take the argmax of the logits as they come (a float32 cast or a softmax "
+                     "in float32 rounds them into a tie)")
     for drafts, want in ((torch.tensor([2, 2]), (2, 2)), (torch.tensor([5, 2]), (0, 2))):
         got = two_ints(student.fn(drafts, logits), "greedy_verify")
         if got != want:
@@ -150,7 +157,19 @@ def claim_greedy_speculative_equals_greedy_decoding(student):
 
 
 def claim_batched_greedy_decoding_with_it_equals_greedy_decoding(student):
-    """the batched decoder (one row, and three) with it gives each row plain greedy decoding's tokens"""
+    """R blocks at once: a padded draft (-1) matches nothing; the batched decoder (one row, and three) with it
+    gives each row plain greedy decoding's tokens"""
+    logits = torch.zeros(2, 3, 8, dtype=torch.float64)
+    logits[:, [0, 1, 2], [5, 0, 7]] = 1.0                                   # argmax per row: 5, 0, 7
+    try:
+        n_acc, bonus = student.fn(torch.tensor([[5, -1], [5, 0]]), logits)
+        got = (torch.as_tensor(n_acc).tolist(), torch.as_tensor(bonus).tolist())
+    except (IndexError, RuntimeError, TypeError, ValueError) as e:
+        got = f"{type(e).__name__}: {e}"
+    if got != ([1, 2], [0, 7]):
+        raise Failed(f"drafts [[5, -1], [5, 0]] (row 0 padded with -1), argmax 5, 0, 7 per position: yours "
+                     f"gives {got}, the rule ([1, 2], [0, 7]): padding matches no token, not even 0; with "
+                     "draft_tokens (R, n) return two LongTensors (R,)")
     target = tiny_target()
     drafter = greedy_drafters(target, 8, False)[0][1]
     wants = [generate(target, prompt, 24) for prompt in PROMPTS]
