@@ -106,6 +106,66 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(sample(r))
         """, "global random state"),
+    "residual_distribution: a threshold on the residual mass": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp_min(0)
+            s = r.sum(-1, keepdim=True)
+            return torch.where(s > 1e-6, r / s.clamp_min(1e-300), p)
+        """, "so no threshold"),
+    "probs_from_logits: at T=0 one flat argmax for the whole batch": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(), logits.size(-1)).double()
+            return library(logits, temperature, top_k, top_p)
+        """, "one-hot rows"),
+    "probs_from_logits: at T=0 float32 one-hot rows": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).float()
+            return library(logits, temperature, top_k, top_p)
+        """, "at T=0.0 too"),
+    "probs_from_logits: at T=0 the tied tokens share the mass": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                m = (logits == logits.max(-1, keepdim=True).values).double()
+                return m / m.sum(-1, keepdim=True)
+            return torch.softmax(logits.double() / temperature, -1)
+        """, "a tie goes to the lower id"),
+    "probs_from_logits: exp / sum in float64, the largest logit not subtracted": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            e = torch.exp(logits.double() / temperature)
+            return e / e.sum(-1, keepdim=True)
+        """, "overflows float64 too"),
+    "probs_from_logits: top-k masks the caller's logits in place": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if temperature == 0:
+                return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+            if top_k is not None:
+                kth = logits.topk(min(top_k, logits.size(-1)), -1).values[..., -1:]
+                logits.masked_fill_(logits < kth, float("-inf"))
+            p = torch.softmax(logits.double() / temperature, -1)
+            if top_p is not None:
+                s, i = p.sort(dim=-1, descending=True, stable=True)
+                p = torch.zeros_like(p).scatter(-1, i, s * ((s.cumsum(-1) - s) < top_p))
+            return p / p.sum(-1, keepdim=True)
+        """, "work on a copy"),
+    "match_verify: a draft kept only where it is also the target's argmax": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            y, best = sample(target_probs, generator).tolist(), target_probs.argmax(-1).tolist()
+            for i, d in enumerate(draft_tokens.tolist()):
+                if d != y[i] or d != best[i]:
+                    return i, y[i]
+            n = draft_tokens.numel()
+            return n, y[n]
+        """, "whatever its rank"),
     "greedy_verify: one block only, never the batched decoder's rows": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             best = target_logits.argmax(-1).tolist()

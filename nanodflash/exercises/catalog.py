@@ -48,6 +48,7 @@ EXERCISES = [
              "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_match_keeps_every_draft_the_target_is_sure_of,
+              cv.claim_match_keeps_a_draft_as_often_as_the_target_draws_it,
               cb.claim_match_step_emits_each_rows_distribution,
               cv.claim_match_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample"),

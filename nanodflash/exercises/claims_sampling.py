@@ -112,9 +112,14 @@ def diagnose(logits, temperature, top_k, top_p, got):
 
 
 def claim_probs_agree_with_a_plain_reference(student):
-    """agrees with a plain reference: temperature, then top-k, then top-p (the nucleus exactly)"""
+    """agrees with a plain reference: temperature, then top-k, then top-p (the nucleus exactly), leaving the
+    logits it is given as they were"""
     for logits, temperature, top_k, top_p in CASES:
-        got = student.fn(torch.tensor(logits, dtype=torch.float64), temperature, top_k, top_p)
+        given = torch.tensor(logits, dtype=torch.float64)
+        got = student.fn(given, temperature, top_k, top_p)
+        if not torch.equal(given, torch.tensor(logits, dtype=torch.float64)):
+            raise Failed(f"your function changed the logits it was given ({fmt(logits)} became "
+                         f"{fmt(given.tolist())}): the decoders read them again; work on a copy")
         if not isinstance(got, torch.Tensor) or got.shape != (len(logits),):
             raise Failed(f"for logits of shape ({len(logits)},) it must return probabilities of that shape; "
                          f"got {getattr(got, 'shape', type(got).__name__)}")
@@ -127,7 +132,8 @@ def claim_probs_agree_with_a_plain_reference(student):
 
 
 def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):
-    """float32 logits as large as a sure model's, at T=0.3: finite probabilities, the reference's"""
+    """float32 logits as large as a sure model's, at T=0.3, and float64 ones at T=0.05: finite
+    probabilities, the reference's"""
     logits = [30.0, 28.0, 10.0, 0.0]
     got = student.fn(torch.tensor(logits), 0.3, None, None)                  # float32, as the models give
     if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
@@ -138,21 +144,36 @@ def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):
     if any(abs(a - b) > 1e-6 for a, b in zip(got.double().tolist(), want)):
         raise Failed(f"float32 logits {fmt(logits)} at T=0.3: yours {fmt(got.tolist())}, expected "
                      f"{fmt(want)}")
+    sharp = student.fn(torch.tensor([40.0, 38.0, 0.0], dtype=torch.float64), 0.05, None, None)
+    if not isinstance(sharp, torch.Tensor) or not torch.isfinite(sharp).all():
+        raise Failed(f"float64 logits [40, 38, 0] at T=0.05 gave {sharp}: exp(800) overflows float64 too. "
+                     "Subtract the row's largest logit before exp (torch.softmax does).")
 
 
 def claim_probs_work_on_a_batch_of_rows(student):
-    """works on a batch of rows (..., V) at once, each row as on its own, in float64 from float32 logits"""
+    """works on a batch of rows (..., V) at once, each row as on its own, in float64 from float32 logits,
+    at T=0 too (one-hot rows, a tie to the lower id)"""
     logits = torch.tensor([c[0] for c in CASES if len(c[0]) == 5], dtype=torch.float64)   # (2, 5)
     got = student.fn(logits, 0.7, 3, 0.9)
     rows = torch.stack([student.fn(row, 0.7, 3, 0.9) for row in logits])
     if not isinstance(got, torch.Tensor) or got.shape != logits.shape or not torch.allclose(got, rows):
         raise Failed("a (2, V) batch of logits must give, row by row, what each row gives alone (the "
                      "decoders transform every position of a block at once): work along the last dimension")
-    probs = student.fn(logits.float(), 0.7, 3, 0.9)
-    if not isinstance(probs, torch.Tensor) or probs.dtype != torch.float64:
-        raise Failed(f"float32 logits (what the models give) must come back as float64 probabilities; yours "
-                     f"{getattr(probs, 'dtype', type(probs).__name__)}: the verifiers compare p with q in "
-                     "float64")
+    try:
+        greedy = student.fn(torch.tensor([[1.0, 3.0, 3.0], [2.0, 0.0, 1.0]], dtype=torch.float64), 0.0)
+        greedy = greedy.tolist() if isinstance(greedy, torch.Tensor) else greedy
+    except (IndexError, RuntimeError, ValueError) as e:
+        greedy = f"{type(e).__name__}: {e}"
+    if greedy != [[0, 1, 0], [1, 0, 0]]:
+        raise Failed(f"at T=0 the rows [1, 3, 3] and [2, 0, 1] must give one-hot rows on their argmax, "
+                     f"[[0, 1, 0], [1, 0, 0]] (a tie goes to the lower id, as greedy decoding's argmax); "
+                     f"yours {greedy}")
+    for temperature in (0.7, 0.0):
+        probs = student.fn(logits.float(), temperature, 3, 0.9)
+        if not isinstance(probs, torch.Tensor) or probs.dtype != torch.float64:
+            raise Failed(f"float32 logits (what the models give) must come back as float64 probabilities, at "
+                         f"T={temperature} too; yours {getattr(probs, 'dtype', type(probs).__name__)}: the "
+                         "verifiers compare p with q in float64")
 
 
 def claim_sampled_decoding_stays_exact_with_it(student):

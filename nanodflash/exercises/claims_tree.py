@@ -166,7 +166,8 @@ def walk_cases():
 def claim_walk_takes_the_best_candidate_after_the_one_before(student):
     """at each slot takes the best candidate after the one chosen at the slot before"""
     for sel, hidden, logits in walk_cases():
-        cand, table = sel.transition_table(hidden, logits, anchor=7)
+        with torch.no_grad():                                # as the decoders call it
+            cand, table = sel.transition_table(hidden, logits, anchor=7)
         want = reference_walk(sel, hidden, logits, 7)
         got = student.fn(cand, table)
         if not isinstance(got, torch.Tensor) or got.dtype != torch.long:
@@ -185,7 +186,8 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
 
 def claim_walk_takes_each_row_of_a_batch_on_its_own(student):
     """R blocks at once, (R, n, K) and (R, n, K, K): each row walks as it would alone"""
-    cases = [sel.transition_table(hidden, logits, anchor=7) for sel, hidden, logits in walk_cases()]
+    with torch.no_grad():                                    # as the decoders call it
+        cases = [sel.transition_table(hidden, logits, anchor=7) for sel, hidden, logits in walk_cases()]
     cand, table = torch.stack([c for c, _ in cases]), torch.stack([t for _, t in cases])   # (R, n, K), ...
     want = [reference_walk(sel, hidden, logits, 7) for sel, hidden, logits in walk_cases()]
     got = student.fn(cand, table)

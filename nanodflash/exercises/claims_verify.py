@@ -245,6 +245,18 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
                          "loop's last draft)")
 
 
+def claim_match_keeps_a_draft_as_often_as_the_target_draws_it(student):
+    """keeps a draft the target is not sure of with the probability p gives it, where it is not the target's
+    most likely token too"""
+    p = torch.tensor([[0.4, 0.3, 0.3], [0.2, 0.5, 0.3]], dtype=torch.float64)
+    g, n = torch.Generator().manual_seed(0), 3000
+    kept = sum(two_ints(student.fn(torch.tensor([1]), p, g), "match_verify")[0] for _ in range(n)) / n
+    if abs(kept - 0.3) > 4 * (0.3 * 0.7 / n) ** 0.5:                     # 4 standard errors
+        raise Failed(f"draft 1, which the target draws with p = 0.3 (its argmax is 0), was kept in "
+                     f"{kept:.3f} of the steps, not 0.3: keep a draft whenever the target's own sample "
+                     "equals it, whatever its rank")
+
+
 def claim_rejection_accepts_every_draft_when_q_equals_p(student):
     """accepts every draft when the drafter's q equals the target's p"""
     g = torch.Generator().manual_seed(0)
@@ -285,6 +297,12 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
         raise Failed("for p and q within 0.01 in total variation (a well-trained drafter's regime) it is not "
                      "normalize(max(0, p - q)): the residual mass is small there, not zero; only p == q "
                      "(no mass at all) may give p back")
+    tiny = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    r = student.fn(tiny, tiny + torch.tensor([[-4e-7, 4e-7]], dtype=torch.float64))
+    if not torch.allclose(r, torch.tensor([[1.0, 0.0]], dtype=torch.float64), atol=1e-6):
+        raise Failed(f"for p = [0.5, 0.5] and q = [0.5 - 4e-7, 0.5 + 4e-7] yours gives {r.tolist()}, the "
+                     "residual [1, 0]: any mass left, however small, is the residual; only none at all (an "
+                     "exact 0 sum) gives p back, so no threshold")
     same = student.fn(p, p)
     if not torch.allclose(same, p, atol=1e-9):
         raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "

@@ -31,7 +31,8 @@ CONTRACTS = {
     "probs_from_logits": """
     Arguments: logits (..., V); temperature (0 means greedy); top_k (None, or how many tokens stay);
     top_p (None, or the nucleus mass: a token stays when the mass of the likelier tokens ranked before it
-    is below top_p). Returns float64 probabilities of the same shape, each row the distribution plain
+    is below top_p; of two equally likely tokens the lower id ranks first, as in a stable sort, so that
+    the nucleus is one set). Returns float64 probabilities of the same shape, each row the distribution plain
     sampling draws from. The verifiers compare the target's p with the drafter's q,
     so p must be exactly what plain sampling uses, or decoding is no longer lossless.""",
     "training_mask": """
