@@ -166,6 +166,17 @@ WRONG = {
             n = draft_tokens.numel()
             return n, y[n]
         """, "whatever its rank"),
+    "multi_draft_verify: the accepted token returned as a tensor": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q = target_probs, draft_probs
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            for i in range(draft_tokens.numel()):
+                d = draft_tokens[i]
+                if u[i] * q[d] < r[d]:
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "two Python ints"),
     "greedy_verify: one block only, never the batched decoder's rows": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             best = target_logits.argmax(-1).tolist()
@@ -774,6 +785,55 @@ WRONG = {
             return mask
         """, "instead of masking with it"),
 }
+
+
+# correct answers written otherwise than the library's (loops, numpy, plain Python): every claim must hold
+RIGHT = {
+    "greedy_verify: a loop, the batched form row by row": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            if draft_tokens.dim() == 2:
+                rows = [greedy_verify(d[d >= 0], l[: int((d >= 0).sum()) + 1])
+                        for d, l in zip(draft_tokens, target_logits)]
+                return torch.tensor([n for n, _ in rows]), torch.tensor([b for _, b in rows])
+            best = target_logits.argmax(-1).tolist()
+            n = 0
+            for d in draft_tokens.tolist():
+                if d != best[n]:
+                    break
+                n += 1
+            return n, best[n]
+        """),
+    "greedy_walk: numpy, without detaching": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            s, c = table.cpu().numpy().reshape(-1, n, K, K), cand.cpu().numpy().reshape(-1, n, K)
+            out = np.zeros((len(s), n), dtype=np.int64)
+            for r in range(len(s)):
+                i = 0
+                for t in range(n):
+                    i = int(s[r, t, i].argmax())
+                    out[r, t] = c[r, t, i]
+            return torch.from_numpy(out).reshape(*lead, n)
+        """),
+    "loss_decay_weights: plain Python": ("loss_decay_weights", """
+        import math
+
+
+        def loss_decay_weights(block_size, gamma=None):
+            if gamma is None:
+                gamma = {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+            return torch.tensor([0.0] + [math.exp(-(k - 1) / gamma) for k in range(1, block_size)])
+        """),
+}
+
+
+@pytest.mark.parametrize("answer", list(RIGHT))
+def test_a_correct_answer_written_otherwise_than_the_librarys_passes_every_claim(tmp_path, answer):
+    name, source = RIGHT[answer]
+    path = write(tmp_path, source)
+    results = run_checks(BY_NAME[name], load_function(path, name, BY_NAME[name].original()), path)
+    failed = [m for _, m in results if m is not None]
+    assert not failed, f"{answer}: a correct answer fails: {failed}"
 
 
 def write(tmp_path, source):

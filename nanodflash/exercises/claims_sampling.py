@@ -93,7 +93,11 @@ def diagnose(logits, temperature, top_k, top_p, got):
         if close(got, top_p_before_top_k(logits, temperature, top_k, top_p)):
             return (" You applied top-p before top-k: keep the top_k largest first, renormalise, then take "
                     "the nucleus of what is left.")
-    n_want = sum(p > 1e-12 for p in reference_probs(logits, temperature, top_k, top_p))
+    want = reference_probs(logits, temperature, top_k, top_p)
+    n_want = sum(p > 1e-12 for p in want)
+    if top_p is not None and sorted(round(p, 9) for p in got) == sorted(round(p, 9) for p in want):
+        return (" You kept another of two equally likely tokens: the contract ranks a tie by id, the lower "
+                "first (a stable sort, descending), so that the nucleus is one set.")
     if top_k is not None and top_p is None and sum(p > 1e-12 for p in got) == top_k < n_want:
         return (" A logit that ties the k-th largest stays in: keep every logit >= the k-th (as the library "
                 "and Hugging Face's top-k do), not exactly k tokens.")

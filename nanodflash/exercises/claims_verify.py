@@ -333,7 +333,7 @@ def claim_multi_draft_accepts_more_with_more_drafts(student):
         hits = 0
         for _ in range(2000):
             drafts = torch.multinomial(q, k, replacement=True, generator=g)
-            i, token = (int(x) for x in student.fn(drafts, q, p, g))
+            i, token = two_ints(student.fn(drafts, q, p, g), "multi_draft_verify")
             if i >= 0 and int(drafts[i]) != token:
                 raise Failed(f"drafts {drafts.tolist()}: you returned index {i} and token {token}, but draft "
                              f"{i} is {int(drafts[i])}: return the position of the accepted draft in "
