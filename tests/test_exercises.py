@@ -177,6 +177,14 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(sample(r, generator))
         """, "two Python ints"),
+    "rejection_verify: every draft kept where q is p, else none (lossless but wasteful)": (
+        "rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            if torch.equal(draft_probs, target_probs[:n]):
+                return n, int(sample(target_probs[n], generator))
+            return 0, int(sample(target_probs[0], generator))
+        """, "lossless, perhaps, but wasteful"),
     "greedy_verify: one block only, never the batched decoder's rows": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             best = target_logits.argmax(-1).tolist()

@@ -10,6 +10,7 @@ import torch
 
 from ..ext.batch import speculative_generate_batch
 from ..ext.sampled_tree import SampledDraws
+from ..sampling import sample
 from ..speculative import generate, speculative_generate
 from ..verify import greedy_verify, residual_distribution
 from .check import Failed
@@ -243,6 +244,20 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
                          f"them, yet yours gives ({n_acc}, {bonus}), not ({n}, 6): lossless, perhaps, but "
                          "a rule that keeps fewer drafts than it must wastes the target's pass (check the "
                          "loop's last draft)")
+
+
+def claim_rejection_keeps_a_draft_as_often_as_the_rule_must(student):
+    """keeps a draft drawn from q with probability sum_x min(p(x), q(x)), where q differs from p: no less (a
+    rule that keeps less can stay lossless, and wastes the target's pass)"""
+    g = torch.Generator().manual_seed(1)
+    p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]], dtype=torch.float64)
+    q = torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64)
+    must, n = float(torch.minimum(p[0], q[0]).sum()), 3000                 # 0.2 + 0.3 + 0.2 = 0.7
+    kept = sum(two_ints(student.fn(sample(q, g), q, p, g), "rejection_verify")[0] for _ in range(n)) / n
+    if kept < must - 4 * (must * (1 - must) / n) ** 0.5:                   # one-sided, 4 standard errors
+        raise Failed(f"a draft from q = [0.2, 0.3, 0.5] against p = [0.5, 0.3, 0.2] was kept in {kept:.3f} "
+                     f"of the steps; the rule keeps {must:.1f} (sum of min(p, q)): lossless, perhaps, but "
+                     "wasteful. Keep draft d when u < p(d) / q(d), for every d")
 
 
 def claim_match_keeps_a_draft_as_often_as_the_target_draws_it(student):
