@@ -138,8 +138,8 @@ EXERCISES = [
              "residual against q before the next test; accepted: its position in draft_tokens and its "
              "token; none accepted: -1 and a draw from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
-              cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
               cv.claim_multi_draft_accepts_more_with_more_drafts,
+              cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
               cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
              "residual_distribution"),
