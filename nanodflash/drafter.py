@@ -36,7 +36,7 @@ a time).
     new_cache(max_len)                          its context for one sequence
     extend(cache, features, tokens)             append verified positions: features (1, t, F), ids (1, t)
     context_length(cache)                       the verified positions it holds
-    mark(cache), rewind(cache, mark)            forget what a step added (timing steps: step_costs.py)
+    mark(cache), rewind(cache, mark)            forget what a step added (timing steps: ext/step_costs.py)
     project_context(cache)                      do now what the next draft would do first (default: nothing)
     slot_logits(cache, anchor, n_draft)         the draft slots' logits (n, V), one pass
     draft(cache, anchor, n_draft, choose)       the path: (tokens (n,), q (n, V) or None), choose a DraftRule
@@ -218,7 +218,7 @@ class DrafterConfig:
 
 
 class Drafter(DrafterInterface, nn.Module):
-    kind = "dflash"                               # the checkpoint's "kind" (see checkpoint.py)
+    kind = "dflash"                               # the checkpoint's "kind" (see store/checkpoint.py)
     uses_block_pass = True                        # its drafts attend through the cache: a CompiledCache's too
     config_class = DrafterConfig
 

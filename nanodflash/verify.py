@@ -36,8 +36,8 @@ def accepted_prefix_length(draft_tokens, target_tokens):
 def greedy_verify(draft_tokens, target_logits):
     """draft_tokens (n,), target_logits (n+1, V) -> (n_accepted, next_token), two ints.
 
-    R blocks at once (batch.py): draft_tokens (R, n), padded with -1 (which matches nothing) where a row has
-    fewer drafts, and target_logits (R, n+1, V) -> (n_accepted (R,), next_token (R,)), two tensors."""
+    R blocks at once (ext/batch.py): draft_tokens (R, n), padded with -1 (which matches nothing) where a row
+    has fewer drafts, and target_logits (R, n+1, V) -> (n_accepted (R,), next_token (R,)), two tensors."""
     pred = target_logits.argmax(-1)                                   # (..., n+1)
     n_acc = accepted_prefix_length(draft_tokens, pred)               # (...)
     bonus = pred.gather(-1, n_acc[..., None])[..., 0]                # (...): the target's token after them
