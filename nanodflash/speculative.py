@@ -196,18 +196,22 @@ class FixedBlockSize:
         pass
 
 
+def fixed_block_size(block_size, B):
+    """FixedBlockSize of block_size (None = B) for a drafter trained with B; ValueError out of range."""
+    b = B if block_size is None else block_size
+    if isinstance(b, (str, bool)) or int(b) != b or not 1 <= b <= B:
+        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {B}] (the drafter was trained "
+                         f"with block_size={B}), got {block_size!r}")
+    return FixedBlockSize(int(b))
+
+
 def block_sizes(block_size, drafter, sampling):
     """The block size of each step, as one object: `next()` before a step, `update(n_drafts, n_accepted)`
     after. block_size: None = the drafter's B, an int in [1, B], or a policy `block_size(drafter, sampling)`
     (ext/block_policy.auto)."""
     if callable(block_size):
         return block_size(drafter, sampling)
-    B = drafter.block_size
-    b = B if block_size is None else block_size
-    if isinstance(b, (str, bool)) or int(b) != b or not 1 <= b <= B:
-        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {B}] (the drafter was trained "
-                         f"with block_size={B}), got {block_size!r}")
-    return FixedBlockSize(int(b))
+    return fixed_block_size(block_size, drafter.block_size)
 
 
 @torch.no_grad()

@@ -58,6 +58,40 @@ def probs_answer(cast="logits.double()", top_k=None, softmax="torch.softmax(logi
     return "\n".join(lines) + "\n"
 
 
+def accept_path_answer(draw, before=None):
+    """An accept_path answer with the library's walk, its sampled draw of y (lines) written as a student
+    might; `before`: a line run once before the walk."""
+    lines = ["def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):",
+             "    node, path = 0, [0]",
+             *([f"    {before}"] if before else []),
+             "    while True:",
+             "        if temperature == 0:",
+             "            y = int(logits[node].argmax())",
+             "        else:",
+             *[f"            {line}" for line in draw],
+             "        child = tree.children[node].get(y)",
+             "        if child is None:",
+             "            return path, y",
+             "        node = child",
+             "        path.append(node)"]
+    return "\n".join(lines) + "\n"
+
+
+def numpy_walk_answer(result):
+    """A greedy_walk answer that walks every row at once in numpy and returns `result` (an expression of
+    out, the chosen tokens per step, and lead, the leading dimensions)."""
+    lines = ["def greedy_walk(cand, table):",
+             "    lead, (n, K) = cand.shape[:-2], cand.shape[-2:]",
+             "    scores = table.detach().cpu().reshape(-1, n, K, K).numpy()",
+             "    c = cand.cpu().reshape(-1, n, K).numpy()",
+             "    rows, i, out = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []",
+             "    for t in range(n):",
+             "        i = scores[rows, t, i].argmax(-1)",
+             "        out.append(c[rows, t, i])",
+             f"    return {result}"]
+    return "\n".join(lines) + "\n"
+
+
 # (exercise, a wrong answer, a phrase its failure message must contain)
 WRONG = {
     "greedy_verify: keeps every draft": ("greedy_verify", """
@@ -522,53 +556,18 @@ WRONG = {
             k = torch.arange(block_size, dtype=torch.float32)
             return torch.where(k >= 1, torch.exp(-(k - 1) / gamma), torch.zeros(()))
         """, "gamma = 2.5"),
-    "accept_path: top-p ignored": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            from nanodflash.sampling import probs_from_logits
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, None), generator))
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "outside top-k or top-p"),
-    "accept_path: the drawn token kept as a tensor, so no child is ever found": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            from nanodflash.sampling import probs_from_logits
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    y = sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator)
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "a tensor key is never found"),
-    "accept_path: one uniform for the whole path": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            from nanodflash.sampling import probs_from_logits
-            node, path = 0, [0]
-            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    c = probs_from_logits(logits[node], temperature, top_k, top_p).cumsum(0)
-                    y = min(int(torch.searchsorted(c, torch.tensor(u, dtype=c.dtype))), c.numel() - 1)
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "does not follow the target's p at that node"),
+    "accept_path: top-p ignored": ("accept_path", accept_path_answer(
+        ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, None), generator))"]),
+        "outside top-k or top-p"),
+    "accept_path: the drawn token kept as a tensor, so no child is ever found": ("accept_path",
+        accept_path_answer(
+            ["y = sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator)"]),
+        "a tensor key is never found"),
+    "accept_path: one uniform for the whole path": ("accept_path", accept_path_answer(
+        ["c = probs_from_logits(logits[node], temperature, top_k, top_p).cumsum(0)",
+         "y = min(int(torch.searchsorted(c, torch.tensor(u, dtype=c.dtype))), c.numel() - 1)"],
+        before="u = float(torch.rand(1, generator=generator, dtype=torch.float64))"),
+        "does not follow the target's p at that node"),
     "multi_draft_verify: the count of distinct drafts seen, not the index": ("multi_draft_verify", """
         def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
             r, q = target_probs, draft_probs
@@ -675,22 +674,10 @@ WRONG = {
                 n += 1
             return n, int(y[n])
         """, "draws from torch's global random state"),
-    "accept_path: draws from torch's global generator": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            logits = logits.detach().cpu()
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    p = probs_from_logits(logits[node], temperature, top_k, top_p)
-                    y = int(torch.multinomial(p, 1))            # no generator
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "draws from torch's global random state"),
+    "accept_path: draws from torch's global generator": ("accept_path", accept_path_answer(
+        ["p = probs_from_logits(logits[node], temperature, top_k, top_p)",
+         "y = int(torch.multinomial(p, 1))            # no generator"]),
+        "draws from torch's global random state"),
     "multi_draft_verify: draws from torch's global generator": ("multi_draft_verify", """
         def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
             r, q = target_probs, draft_probs
@@ -762,28 +749,11 @@ WRONG = {
                     return i, int(sample(r, generator))
             return n, int(sample(target_probs[n], generator))
         """, "changed its argument target_probs in place"),
-    "greedy_walk: a final squeeze(0), which drops a batch of one": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
-            c = cand.cpu().reshape(-1, n, K).numpy()
-            rows, i, out = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
-            for t in range(n):
-                i = scores[rows, t, i].argmax(-1)
-                out.append(c[rows, t, i])
-            return torch.from_numpy(np.stack(out, -1)).reshape(*lead, n).squeeze(0)
-        """, "keep the leading dimension"),
-    "greedy_walk: a numpy array instead of a LongTensor": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
-            c = cand.cpu().reshape(-1, n, K).numpy()
-            rows, i, out = np.arange(len(scores)), np.zeros(len(scores), dtype=np.int64), []
-            for t in range(n):
-                i = scores[rows, t, i].argmax(-1)
-                out.append(c[rows, t, i])
-            return np.stack(out, -1).reshape(*lead, n)          # a numpy array, not a LongTensor
-        """, "must return a LongTensor"),
+    "greedy_walk: a final squeeze(0), which drops a batch of one": ("greedy_walk", numpy_walk_answer(
+        "torch.from_numpy(np.stack(out, -1)).reshape(*lead, n).squeeze(0)"), "keep the leading dimension"),
+    "greedy_walk: a numpy array instead of a LongTensor": ("greedy_walk", numpy_walk_answer(
+        "np.stack(out, -1).reshape(*lead, n)          # a numpy array, not a LongTensor"),
+        "must return a LongTensor"),
     "tree_mask: a float 0/1 mask": ("tree_mask", """
         def tree_mask(parent):
             n = len(parent)

@@ -30,7 +30,7 @@ Lossless whatever it picks: the block size of a step depends only on what the ru
 verifier is exact for any number of drafts (each step is a valid speculative step on its own).
 """
 
-from ..speculative import FixedBlockSize
+from ..speculative import fixed_block_size
 from .step_costs import costs_for
 
 DECAY = 0.9         # the weight of a step's counts falls by this factor per later step (~10 steps remembered)
@@ -78,11 +78,7 @@ def block_sizes(block_size, max_block_size, costs=None, sampled=False):
     whether the run samples (the prior)."""
     if block_size == "auto" or block_size is auto:
         return AdaptiveBlockSize(max_block_size, costs(), alpha=prior(sampled))
-    B = max_block_size if block_size is None else block_size
-    if isinstance(B, (str, bool)) or int(B) != B or not 1 <= B <= max_block_size:
-        raise ValueError(f"block_size must be \"auto\" or an integer in [1, {max_block_size}] (the drafter "
-                         f"was trained with block_size={max_block_size}), got {block_size!r}")
-    return FixedBlockSize(int(B))
+    return fixed_block_size(block_size, max_block_size)
 
 
 def relax_share(relax):

@@ -77,12 +77,17 @@ class CompiledCache(ContextCache):
             return self.run_pass(drafter, x, cos, sin, self.by_layer, mask)
 
 
+def require_block_pass(drafter):
+    """Refuse a drafter whose drafts do not run through Drafter.block_pass: it has nothing to compile."""
+    if not drafter.uses_block_pass:
+        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it as it is")
+
+
 def new_cache(drafter, max_len):
     """A CompiledCache for `drafter` (one whose `uses_block_pass` is True) and a request of `max_len`
     positions: a buffer of one of a few lengths (buffer_length), so that requests of many lengths share a
     graph."""
-    if not drafter.uses_block_pass:
-        raise ValueError(f"a {drafter.kind} drafter has no pass to compile; decode it as it is")
+    require_block_pass(drafter)
     p = next(drafter.parameters())
     length = buffer_length(max_len, drafter.target.config.max_seq_len) + drafter.block_size
     return CompiledCache(drafter.config, 1, length, p.device, p.dtype)
@@ -96,7 +101,7 @@ class CompiledDrafter:
     compiled = True
 
     def __init__(self, drafter):
-        new_cache(drafter, 1)                       # the check: a drafter with a block pass to compile
+        require_block_pass(drafter)
         self.drafter = drafter
 
     def new_cache(self, max_len):
