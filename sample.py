@@ -27,6 +27,7 @@ import torch
 from nanodflash.pipeline.summary import headline, recorded_headline
 from nanodflash.speculative import generate
 from nanodflash.store.run_folder import DRAFTER, TOY_RUN, drafter_path, is_toy_run
+from nanodflash.tools.cli import decode_threads
 from nanodflash.tools.measure import greedy_difference, side_by_side
 from nanodflash.tools.origins import bars, origins, render, styled
 from nanodflash.tools.race import race_command
@@ -85,8 +86,8 @@ def show(args, tok, target, drafter, prompt_ids, tokens, stats, chosen, style):
 
 def check_and_time(args, target, drafter, prompt_ids, tokens, decoder, spec_kw):
     """Greedy: the run against plain greedy decoding (exit 1 if they differ beyond a rounding tie); then the
-    same prompt REPEATS times, plain and DFlash interleaved after a warm-up (tools/measure.py)."""
-    first, ties = None, []                              # differences at a float32 rounding tie
+    same prompt REPEATS times, plain and DFlash interleaved after a warm-up, each at its threads."""
+    first, ties, threads = None, [], decode_threads(drafter, args.threads)     # rounding-tie differences
     if args.temperature == 0:
         kw = {k: spec_kw[k] for k in ("temperature", "top_k", "top_p", "stop_token_ids") if k in spec_kw}
         plain = generate(target, prompt_ids, args.max_new_tokens, **kw)
@@ -95,13 +96,13 @@ def check_and_time(args, target, drafter, prompt_ids, tokens, decoder, spec_kw):
         sys.exit(f"{GREEDY_FAILED}: {first.describe()}")
     try:
         side_by_side(target, drafter, [prompt_ids], args.max_new_tokens, decoder=decoder, ties=ties,
-                     **spec_kw)                                                          # warm-up
+                     threads=threads, **spec_kw)                                         # warm-up
         t_plain, t_spec, _ = side_by_side(target, drafter, [prompt_ids] * REPEATS, args.max_new_tokens,
-                                          decoder=decoder, ties=ties, **spec_kw)
+                                          decoder=decoder, ties=ties, threads=threads, **spec_kw)
     except AssertionError as e:                     # a greedy speculative run differed from plain decoding
         sys.exit(f"{GREEDY_FAILED}: {e}")
-    print(f"speed ({REPEATS} runs of this prompt each, plain and DFlash interleaved, after a warm-up; same "
-          f"process): plain {t_plain:.2f}s vs DFlash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+    print(f"speed ({REPEATS} runs of this prompt each, interleaved, after a warm-up; threads {threads}): "
+          f"plain {t_plain:.2f}s vs DFlash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
     if args.temperature > 0:
         print("T > 0: the outputs are samples; lossless means the same distribution (checked by the tests), "
               "not the same tokens")
@@ -117,7 +118,6 @@ def check_and_time(args, target, drafter, prompt_ids, tokens, decoder, spec_kw):
 def main(argv=None):
     args = parse_args(argv, __doc__)
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
     style = ("plain" if args.plain else "color" if sys.stdout.isatty() and not args.no_color
              and "NO_COLOR" not in os.environ else "markers")
     decoder, spec_kw = decoder_for(args)

@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from nanodflash.ext.plain_batch import generate_mix
-from nanodflash.ext.step_costs import cost_key, describe, use_table
+from nanodflash.ext.step_costs import calibration, describe, use_table
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
@@ -37,8 +37,8 @@ from nanodflash.store.data import check_enough, corpus_record, load_corpus, spli
 from nanodflash.store.resume import data_hash, resume_file
 from nanodflash.store.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
-from nanodflash.tools.calibrate import calibrate
-from nanodflash.tools.cli import DECODE_THREADS
+from nanodflash.tools.calibrate import calibrate, run_text
+from nanodflash.tools.cli import decode_threads
 from nanodflash.tools.evaluate import measure_tau, slot_accuracy
 from nanodflash.train import DraftTraining, train_drafter, train_target
 
@@ -215,20 +215,19 @@ def sampling_stage(args, path, target, drafter, split, corpus):
     return sampler
 
 
-def calibrate_stage(args, target, drafter, sampler):
-    """4c. The step costs block_size="auto" weighs drafts by, timed on this machine with DECODE_THREADS
-    threads into costs.json (nanodflash/tools/calibrate.py); kept while its key (machine, threads, torch) and
-    the target it timed stay the same. -> the seconds it took (0 when kept or skipped)."""
-    torch.set_num_threads(DECODE_THREADS)
-    key, B = cost_key(target), drafter.block_size
-    kept = next((e for e in run_folder.read_costs(args.out) if e["key"] == key and e["block_size"] == B
-                 and e.get("target") == ckpt.fingerprint(target)), None)
-    if args.calibrate_calls == 0 or kept is not None:
+def calibrate_stage(args, target, drafter, sampler, tok):
+    """4c. The thread counts to decode with and the step costs block_size="auto" weighs drafts by, timed on
+    this machine into costs.json (nanodflash/tools/calibrate.py); kept while the machine (its key but the
+    thread count, which the calibration chooses) and the target it timed stay the same. -> the seconds it
+    took (0 when kept or skipped)."""
+    use_table(drafter, run_folder.read_costs(args.out))
+    kept = calibration(drafter)
+    if args.calibrate_calls == 0 or (kept is not None and kept.get("target") == ckpt.fingerprint(target)):
         print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
         seconds = 0.0
     else:
-        entry = calibrate(target, drafter, args.calibrate_calls)
-        print(f"[calibrate] {describe(key)}: {entry['seconds']:.0f}s -> "
+        entry = calibrate(target, drafter, args.calibrate_calls, text=run_text(tok, args.out))
+        print(f"[calibrate] {describe(entry['key'])}: {entry['seconds']:.0f}s -> "
               f"{run_folder.write_costs(args.out, entry)}")
         seconds = entry["seconds"]
     for d in (drafter, sampler):
@@ -238,15 +237,16 @@ def calibrate_stage(args, target, drafter, sampler):
 
 
 def summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist, calibrated):
-    """5. The summary (nanodflash/pipeline/summary.py), decoding with DECODE_THREADS threads; its headline
-    (greedy and sampled τ, repetition, speedup) goes into run.json, where sample.py reads it."""
-    torch.set_num_threads(DECODE_THREADS)
+    """5. The summary (nanodflash/pipeline/summary.py), plain and speculative decoding each at the thread
+    count the calibration chose (cli.decode_threads); its headline (greedy and sampled τ, repetition,
+    speedup) goes into run.json, where sample.py reads it."""
+    threads = decode_threads(drafter)
     if run_folder.is_toy_run(args.out):
         print("\n" + run_folder.TOY_RUN)
     rows = Summary(target=target, drafter=drafter, data=data, prompts=prompts,
                    new_tokens=args.eval_new_tokens, long_tokens=args.eval_long_tokens,
                    long_prompts=args.eval_long_prompts,
-                   target_hist=target_hist, draft_hist=draft_hist, threads=DECODE_THREADS,
+                   target_hist=target_hist, draft_hist=draft_hist, threads=threads,
                    calibrate_seconds=calibrated,
                    sampler=sampler).print()
     record_headline(args.out, rows)
@@ -273,7 +273,7 @@ def main(argv=None):
     prompts = window_prompts(split.val, args.eval_prompts, args.prompt_len, args.seed + 2)
     drafter, draft_hist = drafter_stage(args, path, target, data, data_id, prompts, special_ids(tok)[1])
     sampler = sampling_stage(args, path, target, drafter, split, corpus) if args.sampling else None
-    calibrated = calibrate_stage(args, target, drafter, sampler)
+    calibrated = calibrate_stage(args, target, drafter, sampler, tok)
     summary_stage(args, target, drafter, sampler, data, prompts, target_hist, draft_hist, calibrated)
 
     print(f"total wall time {time.perf_counter() - t_start:.0f}s; checkpoints in {args.out}/")

@@ -20,6 +20,7 @@ from nanodflash.tools import (
     bench,
     bench_batch,
     bench_methods,
+    bench_peers,
     bench_table,
     bench_tree,
     draft_costs,
@@ -170,11 +171,12 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     out = captured.out
     rows = len(json.loads(path.read_text())["rows"])
     for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens; from the warm-up, expect about ",
-                   "[bench] prompt 1/1, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
+                   "[bench] prompt 1/1 of pass 3/3, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
         assert needed in captured.err, f"the progress lines on stderr lack {needed!r}:\n{captured.err}"
     assert "[bench]" not in out, "progress lines belong on stderr, apart from the table"
     B = min(16, drafter.config.block_size)
-    for needed in ("tok/s = median over prompts",
+    for needed in ("the speedup: total tokens over total seconds against plain decoding's",
+                   "threads: plain rows ",
                    "greedy outputs identical to plain greedy on all 1 prompts: yes",
                    "ceiling: speedup <= tau * t_plain / (t_draft + t_verify)", f"{other} greedy B={B}",
                    "oracle-selector tau (ceiling of a perfect top-16 selector", f"({kind} draft step ",
@@ -202,6 +204,12 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     main_row = next(r for r in data["rows"] if r["name"] == f"{kind} greedy B={B}")
     assert data["ceiling"] == main_row["ceiling"] >= main_row["speedup"], \
         "the printed ceiling is not the row's bound"
+    headline = {m.name for m in bench.headline_methods(drafter, drafter)}
+    for r in data["rows"]:
+        priced = r["name"] in headline and not r["name"].startswith("plain")
+        assert (r["predicted"] is not None and r["predicted"] > 0) == priced, \
+            f"{r['name']}: predicted {r['predicted']}; the headline's speculative rows are predicted from " \
+            "the calibration, the rows it did not time (other drafters, trees, prompt lookup) are not"
 
 
 def test_bench_cli_exits_1_with_a_clear_message_when_checkpoints_are_missing(tmp_path, capsys):
@@ -226,9 +234,10 @@ def test_bench_baseline_rows_are_greedy_and_capped_at_each_drafters_block_size(s
 
 def test_bench_ceiling_is_at_least_the_measured_speedup_on_every_speculative_row(setup):
     # A bound by construction, not by luck: inside one timed run the loop's draft and verify timers cover
-    # disjoint stretches of it, so tokens / wall <= tokens / (draft + verify) for every prompt; the (upper)
-    # median over prompts keeps the inequality (order statistics are monotone); and ceiling and speedup
-    # divide by the same plain tok/s. Isolated step costs would leave the loop's overhead out.
+    # disjoint stretches of it, so tokens / wall <= tokens / (draft + verify) for every prompt; sums over
+    # the prompts keep the inequality, and so does the median over repetitions (order statistics are
+    # monotone); ceiling and speedup divide by the same plain tok/s. Isolated step costs would leave the
+    # loop's overhead out.
     for name, r in setup[3].items():
         if name.startswith("plain"):
             assert r["ceiling"] is None, f"{name}: plain decoding has no draft/verify split, no ceiling"
@@ -445,7 +454,9 @@ def test_terciles_sort_prompts_by_plain_greedy_repetition_and_count_tau_as_the_r
     # each group: 2 prompts x 9 tokens, the prefill's 2 excluded, over the group's steps
     assert all(math.isclose(x["tau"], want) for x, want in zip(t, [16 / 16, 16 / 8, 16 / 3])), \
         f"tau per tercile: {t}"
-    assert math.isclose(t[2]["speedup"], (45 / 2 + 45 / 1) / 2 / 10.0), f"speedup: median rate / plain's: {t}"
+    seconds = 9 / (45 / 2) + 9 / (45 / 1)                    # the group's two prompts at 22.5 and 45 tok/s
+    assert math.isclose(t[2]["speedup"], 18 / seconds / 10.0), f"speedup: the group's tokens over its " \
+        f"seconds, over plain greedy's (10 tok/s): {t}"
     assert plain["terciles"][0]["tau"] == 1.0, "plain greedy's own tercile tau must be one token per step"
 
 
@@ -455,16 +466,24 @@ def test_bench_runs_the_headline_rows_by_default_and_every_row_with_all_rows(smo
     bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--json", str(path)])
     out = capsys.readouterr().out
     kind, B = bench.kind_of(drafter), min(16, drafter.config.block_size)
-    names = [r["name"] for r in json.loads(path.read_text())["rows"]]
+    rows = json.loads(path.read_text())["rows"]
+    names = [r["name"] for r in rows]
     sampled = f"{kind}-sampling T=0.7 p=0.95 rejection"
+    peers = ([bench_peers.HF_ROW, f"{kind} {bench_peers.OFFICIAL_ROW.format(B=B)}"] if bench_peers.available()
+             else [])
     assert names == ["plain greedy", f"{kind} greedy B={B}", "plain T=0.7 p=0.95", f"{sampled} B=4",
-                     f"{sampled} B=auto"], \
-        f"the default rows should answer the greedy and the sampled question only: {names}"
+                     f"{sampled} B=auto", *peers], \
+        f"the default rows should answer the greedy and the sampled question, and the peers: {names}"
+    for r in rows[len(names) - len(peers):]:
+        own = rows[0 if "plain" in r["name"] else 1]                 # ours of the same kind
+        assert r["matches_plain"] is True and r["threads"] == own["threads"], \
+            f"{r['name']}: a peer's output must equal plain greedy's, at its kind's thread count"
+    assert ("nanodflash over the peers" in out) == bool(peers), "the peers' line: our speed over each"
     assert "oracle-selector tau" not in out and f"per-slot acceptance of '{kind} T=0.7" not in out, \
         "the oracle and the main drafter's slot section belong to --all_rows"
     assert f"per-slot acceptance of '{kind}-sampling T=0.7 p=0.95 rejection'" in out, out
     every = [m.name for m in bench.default_methods(drafter, sampler=drafter)]
-    assert set(names) < set(every), "each headline row is one of --all_rows' rows, named the same"
+    assert set(names) - set(peers) < set(every), "each headline row is one of --all_rows' rows, by name"
 
 
 def test_the_compiled_rows_are_the_headline_dflash_rows_each_named_compiled(smoke_out):
@@ -491,3 +510,22 @@ def test_a_rows_spread_is_over_each_prompts_own_ratio_and_its_step_cost_is_in_pl
     idle = dict(spec, steps=0)                                               # a run that took no step
     bench_table.add_spread_and_step_cost(idle, plain)
     assert idle["step_cost"] is None, "a row without steps has no step cost (and must not divide by 0)"
+
+
+def test_each_row_decodes_at_its_own_thread_count_and_the_count_is_put_back(setup):
+    target, drafter, prompts, _ = setup
+    seen = {}
+
+    def recording(name):
+        def run(target, drafter, prompt, max_new_tokens, generator):
+            seen.setdefault(name, set()).add(torch.get_num_threads())
+            return [1, 2], None
+        return run
+    methods = [bench.Method("plain greedy", 0.0, recording("plain greedy"), threads=1),
+               bench.Method("other", 0.0, recording("other"), threads=2)]
+    before = torch.get_num_threads()
+    rows = bench.run_benchmark(target, drafter, prompts[:2], methods, max_new_tokens=2, warmup=False,
+                               repeats=2)
+    assert seen == {"plain greedy": {1}, "other": {2}}, f"threads each row ran at: {seen}"
+    assert torch.get_num_threads() == before, "the bench must put the thread count back"
+    assert [r["threads"] for r in rows] == [1, 2] and all(len(r["speedup_spread"]) == 2 for r in rows)

@@ -140,6 +140,8 @@ CASES = [
      "argument --max_new_tokens: must be an integer in [2, 1000000], got 1"),
     ("nanodflash.tools.bench", ["--seed", "-3"],
      "argument --seed: must be an integer in [0, 4294967295], got -3"),
+    ("nanodflash.tools.bench", ["--repeats", "0"],
+     "argument --repeats: must be an integer in [1, 100], got 0"),
     ("nanodflash.tools.bench", ["--threads", "-1"],
      f"argument --threads: must be an integer in [1, {N_CPU}], got -1"),
     ("nanodflash.tools.baselines", ["--steps", "0"],

@@ -16,11 +16,20 @@ import torch
 from helpers import ROOT, tiny_drafter
 from nanodflash.ext.batch import batch_costs
 from nanodflash.ext.block_policy import auto
-from nanodflash.ext.step_costs import cost_key, costs_for, default_costs, fix_costs, linear_costs
+from nanodflash.ext.step_costs import (
+    cost_key,
+    costs_for,
+    default_costs,
+    fix_costs,
+    linear_costs,
+    predicted_speedup,
+    use_table,
+)
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.store.checkpoint import fingerprint
 from nanodflash.store.run_folder import COSTS, read_costs, write_costs
 from nanodflash.tools.calibrate import calibrate, relative_costs
+from nanodflash.tools.cli import decode_threads
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 
@@ -79,6 +88,21 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
     for table in [tables[kind][rows] for kind in ("greedy", "sampled") for rows in ("1", "2")]:
         assert len(table) == 8 and table[0] == 1.0 and all(c > 0 for c in table), \
             f"cost(n) for n = 0..7 in steps without drafts, cost(0) = 1: got {table}"
+    threads = entry["threads"]
+    assert set(threads["by_count"]) == {str(n) for n in range(1, min(os.cpu_count(), 8) + 1)}, \
+        f"every thread count up to the machine's CPUs is timed: {threads}"
+    for kind in ("plain", "speculative"):
+        fastest = min(c[kind] for c in threads["by_count"].values())
+        assert threads["by_count"][str(threads[kind])][kind] <= 1.03 * fastest, \
+            f"{kind}: {threads[kind]} threads chosen, not within 3% of the fastest count: {threads}"
+    assert entry["key"]["threads"] == threads["speculative"], "the tables are timed at the speculative count"
+    for kind in ("greedy", "sampled"):
+        steps = entry["step_seconds"][kind]
+        assert len(steps) == 8 and all(s > 0 for s in steps), f"{kind}: a step's seconds at t = 1..8: {steps}"
+        assert tables[kind]["1"] == pytest.approx([s / steps[0] for s in steps]), \
+            "batch 1's costs are its step seconds over a step without drafts: one table prices both"
+        plain = entry["plain_seconds"][kind]
+        assert plain["token"] > 0 and plain["request"] > 0 and entry["request_seconds"][kind] > 0, entry
     write_costs(tmp_path, entry)
     write_costs(tmp_path, entry)
     other = dict(entry, key=dict(entry["key"], threads=entry["key"]["threads"] + 1))
@@ -190,3 +214,24 @@ def test_a_table_of_the_wrong_shape_is_refused(target):
     drafter = tiny_drafter(target, seed=14, block_size=8)
     with pytest.raises(ValueError, match="costs must list cost"):
         fix_costs(drafter, [1.0, 1.3])
+
+
+def test_decode_threads_are_the_flags_else_the_calibrations_else_one(target):
+    drafter = tiny_drafter(target, seed=11, block_size=4)
+    assert decode_threads(drafter) == dict(plain=1, speculative=1), "no calibration: DECODE_THREADS"
+    key = dict(cost_key(target), threads=2)
+    use_table(drafter, [dict(key=key, block_size=4, threads=dict(plain=1, speculative=2, by_count={}))])
+    assert decode_threads(drafter) == dict(plain=1, speculative=2), "the calibration's choice, by machine"
+    assert decode_threads(drafter, override=3) == dict(plain=3, speculative=3), "--threads N: N for both"
+    use_table(drafter, [dict(key=dict(key, torch="0.0"), block_size=4, threads=dict(plain=2, speculative=2))])
+    assert decode_threads(drafter) == dict(plain=1, speculative=1), "another machine's choice is not ours"
+
+
+def test_predicted_speedup_prices_each_step_by_its_block_and_plain_decoding_by_its_tokens():
+    entry = dict(step_seconds=dict(greedy=[1.0, 1.2, 1.4, 1.6]), request_seconds=dict(greedy=3.0),
+                 plain_seconds=dict(greedy=dict(token=0.5, request=2.0)))
+    runs = [(9, [4, 4, 1]), (5, [2, 2, 2, 2])]           # two generations: 9 and 5 tokens
+    plain = (2.0 + 8 * 0.5) + (2.0 + 4 * 0.5)
+    spec = (3.0 + 1.6 + 1.6 + 1.0) + (3.0 + 4 * 1.2)
+    assert predicted_speedup(entry, runs) == pytest.approx(plain / spec), \
+        "plain: a request and a token per token after the first; speculative: a request and each step's price"

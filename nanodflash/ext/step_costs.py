@@ -1,4 +1,5 @@
-"""What a speculative step costs here, with these models: the prices block_size="auto" weighs drafts by.
+"""What a speculative step costs here, with these models: the prices block_size="auto" weighs drafts by, and
+the one cost model every prediction of a speedup prices steps with (`predicted_speedup`).
 
 block_policy.py drafts the n that maximises E(n) / cost(n), cost(n) being the seconds of a step with n drafts
 in units of a step without drafts. Those seconds depend on the machine, on the models (a deep target makes
@@ -10,6 +11,14 @@ as rows x tokens grow). They are measured once per machine, never while decoding
     costs_for(drafter, rows=1, sampled=False)         # [cost(0) = 1, cost(1), ..., cost(B-1)]
     costs_for(drafter, compiled=True)                 # the compiled pass's (calibrate --compile)
     fix_costs(drafter, table)                         # or put a table in its place (tests, notebooks)
+    predicted_speedup(calibration(drafter), [(tokens, stats.block_sizes), ...])   # over plain decoding
+
+A calibration entry also holds the seconds behind the table: batch 1's step of t tokens (t = 1..B), a request
+(the caches and the prefill) and plain decoding's token and request, each at the thread count the
+calibration chose for its kind. A generation of steps of blocks b_1..b_k is priced at request + sum of
+step(b_i), plain decoding of the same tokens at its request + one token per token after the first; the
+predicted speedup is the second over the first, summed over the generations (the bench's speedup: total
+tokens over total seconds).
 
 A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
 step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so, once per
@@ -135,3 +144,44 @@ def costs_for(drafter, rows=1, sampled=False, compiled=False):
               "(nanodflash/ext/step_costs.py); `python -m nanodflash.tools.calibrate --out DIR"
               f"{' --compile' if compiled else ''}` measures this machine's", file=sys.stderr)
     return default_costs(drafter.block_size, rows, sampled)
+
+
+def calibration(drafter, compiled=False):
+    """The costs.json entry calibrated on this machine for this drafter's block size (its key but the
+    thread count: the entry's own is the speculative count it chose), or None (no calibration, or one made
+    before threads were chosen)."""
+    key = dict(cost_key(drafter.target, compiled), threads=None)
+    found = [e for e in book_of(drafter).entries if "threads" in e and e["block_size"] == drafter.block_size
+             and dict(e["key"], threads=None) == key]
+    return found[-1] if found else None
+
+
+def kind_of(sampled):
+    return "sampled" if sampled else "greedy"
+
+
+def predicted_seconds(entry, blocks, sampled=False):
+    """The seconds of a batch-1 speculative generation whose steps had these block sizes, priced by a
+    calibration `entry`: a request (the caches, the prefill, the first token) + each step's seconds."""
+    steps = entry["step_seconds"][kind_of(sampled)]
+    return entry["request_seconds"][kind_of(sampled)] + sum(steps[b - 1] for b in blocks)
+
+
+def plain_seconds(entry, n_tokens, sampled=False):
+    """The seconds of plain decoding of n_tokens, priced by a calibration `entry` (at the plain count)."""
+    plain = entry["plain_seconds"][kind_of(sampled)]
+    return plain["request"] + (n_tokens - 1) * plain["token"]
+
+
+def predicted_speedup(entry, runs, sampled=False):
+    """The speedup the calibration predicts for generations [(tokens generated, [block size of each step])]:
+    their plain decoding's seconds over their own, both summed over the runs (the bench's speedup: total
+    tokens over total seconds, against plain decoding's).
+
+    >>> entry = dict(step_seconds=dict(greedy=[1.0, 1.5, 2.0]), request_seconds=dict(greedy=2.0),
+    ...              plain_seconds=dict(greedy=dict(token=1.0, request=2.0)))
+    >>> predicted_speedup(entry, [(7, [3, 3, 1])])      # plain: 2 + 6 x 1.0; speculative: 2 + 2 + 2 + 1
+    1.1428571428571428
+    """
+    plain = sum(plain_seconds(entry, n, sampled) for n, _ in runs)
+    return plain / sum(predicted_seconds(entry, blocks, sampled) for _, blocks in runs)

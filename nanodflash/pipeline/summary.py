@@ -2,7 +2,8 @@
 generations.
 
     Summary(target=target, drafter=drafter, data=data, prompts=prompts, new_tokens=96, long_tokens=480,
-            long_prompts=3, target_hist=target_hist, draft_hist=draft_hist, threads=1).print()
+            long_prompts=3, target_hist=target_hist, draft_hist=draft_hist,
+            threads=dict(plain=1, speculative=1)).print()
 
 Every speedup is measured side by side (plain and speculative decoding of the same prompts, interleaved, in
 this process) and every greedy speculative output is checked against plain greedy decoding.
@@ -10,6 +11,8 @@ this process) and every greedy speculative output is checked against plain greed
 
 import os
 from dataclasses import dataclass, field
+
+from torch import get_num_threads
 
 from ..store import run_folder
 from ..tools.bench_methods import SAMPLED
@@ -43,32 +46,38 @@ class Summary:
     long_prompts: int = 0         # ... on this many of the prompts
     target_hist: dict = field(default_factory=dict)     # train.py's history (losses)
     draft_hist: dict = field(default_factory=dict)      # train_drafter's history
-    threads: int = 1              # decoding threads, as printed
+    threads: dict = None          # {plain, speculative}: each side's threads (cli.decode_threads)
     sampler: object = None        # the sampling drafter (drafter_sampling.pt): adds the sampled line
     calibrate_seconds: float = None    # > 0: the seconds the step costs took to time (tools/calibrate.py)
 
-    def print(self):
-        """Print the summary and return its headline (`headline`'s rows). τ at other block sizes is the
-        benchmark's (`python -m nanodflash.tools.bench`): each one re-decodes every prompt."""
-        target, drafter, data, prompts = self.target, self.drafter, self.data, self.prompts
-        print(f"\n=== summary (decoding with {self.threads} thread) ===")
+    def print_training(self):
+        """The losses at the end of training and the drafter's held-out accuracy per slot."""
         if self.target_hist.get("val_loss"):
             print(f"target:  train loss {self.target_hist['train_loss'][-1]:.3f} | val loss "
                   f"{self.target_hist['val_loss'][-1]:.3f}")
         if self.draft_hist.get("loss"):
             last = self.draft_hist["loss"][-20:]
             print(f"drafter: loss {self.draft_hist['loss'][0]:.3f} -> {sum(last) / len(last):.3f}")
-        acc = slot_accuracy(drafter, data["val"], min_anchor=data["prompt_len"] - 1)
+        acc = slot_accuracy(self.drafter, self.data["val"], min_anchor=self.data["prompt_len"] - 1)
         print("drafter per-slot accuracy (held-out): " + " ".join(f"{a:.2f}" for a in acc["slot_acc"]))
         print("top-16 recall per slot (held-out):    " + " ".join(f"{a:.2f}" for a in acc["slot_recall"]))
+
+    def print(self):
+        """Print the summary and return its headline (`headline`'s rows). τ at other block sizes is the
+        benchmark's (`python -m nanodflash.tools.bench`): each one re-decodes every prompt."""
+        target, drafter, prompts = self.target, self.drafter, self.prompts
+        threads = self.threads or dict(plain=get_num_threads(), speculative=get_num_threads())
+        print(f"\n=== summary (decoding with {threads['plain']} thread(s) plain, {threads['speculative']} "
+              "speculative) ===")
+        self.print_training()
         B = drafter.block_size
         if self.calibrate_seconds:
             print(f"step costs for block_size=auto: timed in {self.calibrate_seconds:.0f}s into costs.json "
                   "(python -m nanodflash.tools.calibrate)")
-        side_by_side(target, drafter, prompts[:2], self.new_tokens, None, ties=[])          # warm-up
+        side_by_side(target, drafter, prompts[:2], self.new_tokens, None, ties=[], threads=threads)  # warm-up
         ties, outs = [], []
         t_plain, t_spec, tau = side_by_side(target, drafter, prompts, self.new_tokens, None, ties=ties,
-                                            outputs=outs)
+                                            outputs=outs, threads=threads)
         rows = {"greedy": headline_row(f"B={B}", prompts, tau, outs, t_plain, t_spec)}
         print(f"tau (greedy, {len(prompts)} val prompts, block_size={B:2d}): {tau:.2f} on text "
               f"{100 * pooled_repetition(outs):.0f}% repeated (tokens closing a 4-gram seen before in it)")
@@ -80,7 +89,7 @@ class Summary:
             few, outs = prompts[:SAMPLED_PROMPTS], []
             t_plain, t_spec, tau = side_by_side(target, self.sampler, few, self.new_tokens, "auto",
                                                 temperature=T, top_p=top_p, verifier="rejection",
-                                                outputs=outs)
+                                                outputs=outs, threads=threads)
             print(f"sampling (T={T} top-p {top_p}, rejection verifier, the sampling drafter, "
                   f"block_size=auto, {len(few)} val prompts): tau {tau:.2f} on text "
                   f"{100 * pooled_repetition(outs):.0f}% repeated | plain {t_plain:.2f}s vs "
@@ -90,7 +99,7 @@ class Summary:
         if self.long_tokens:                                                        # does the speed hold?
             runs, ties = [], []
             t_plain, t_spec, _ = side_by_side(target, drafter, prompts[:self.long_prompts], self.long_tokens,
-                                              None, runs, ties=ties)
+                                              None, runs, ties=ties, threads=threads)
             print(f"{format_bands(tau_by_band(runs))} ({len(runs)} val prompts, {self.long_tokens} new "
                   f"tokens; identical to plain greedy on {identical(len(runs), ties)})")
             print(f"speedup (block_size={B}, {self.long_tokens} new tokens): plain {t_plain:.2f}s vs dflash "

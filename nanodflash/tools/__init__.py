@@ -5,9 +5,11 @@
                  printed table (bench_table.py), step costs timed in isolation
                  (draft_costs.py), where τ is lost (lost_tau.py), measuring helpers (measure.py) and
                  progress lines on stderr for long runs (progress.py); repetition.py: how much of a
-                 text repeats itself, printed beside every τ
-    step costs   calibrate.py (python -m nanodflash.tools.calibrate): times a step once per machine into the
-                 run folder's costs.json, the table block_size="auto" decides by (ext/step_costs.py);
+                 text repeats itself, printed beside every τ; bench_peers.py: transformers' generate and
+                 the official dflash_generate on the exported pair, rows beside ours
+    step costs   calibrate.py (python -m nanodflash.tools.calibrate): chooses the threads and times a step
+                 once per machine into the run folder's costs.json, the table block_size="auto" decides by
+                 and the bench predicts from (ext/step_costs.py);
                  cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
                  fitted here and checked on held-out points, priced on GPUs from datasheets
     evaluation   evaluate.py: how well a trained drafter drafts (per-slot accuracy, expected and measured τ)

@@ -40,10 +40,10 @@ import time
 
 import torch
 
-from ..ext.step_costs import costs_for
+from ..ext.step_costs import calibration, costs_for, describe, predicted_speedup
 from ..store.checkpoint import load, load_drafter
 from ..store.run_folder import DRAFTER, SAMPLING_DRAFTER, TOY_RUN, is_toy_run, run_corpus
-from . import bench_table, draft_costs, lost_tau
+from . import bench_peers, bench_table, draft_costs, lost_tau
 from .baselines import load_present
 from .bench_methods import (
     SAMPLED,
@@ -57,9 +57,10 @@ from .bench_methods import (
     plain_method,
     prompt_lookup_method,
     sampling_drafters,
+    with_threads,
 )
 from .bench_run import MAX_NEW_TOKENS, SEED, run_benchmark
-from .cli import DECODE_THREADS, check_device
+from .cli import check_device, decode_threads, ints
 from .measure import (
     bench_flags,
     bench_prompts,
@@ -73,12 +74,16 @@ __all__ = ["run_benchmark", "main", "Method", "default_methods", "plain_method",
            "prompt_lookup_method"]
 
 N_PROMPTS, PROMPT_LEN = 10, 16    # prompts of PROMPT_LEN tokens (MAX_NEW_TOKENS, SEED: bench_run.py)
+REPEATS = 3             # passes over the prompts: the speedup's median and spread
 N_TIMED_CALLS = 50      # calls per step-cost measurement (median reported)
 ORACLE_TOP_K = 16
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, DECODE_THREADS)     # --out, --data, --prompts, ...
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED)     # --out, --data, --prompts, ..., --threads
+    p.add_argument("--repeats", type=ints(1, 100), default=REPEATS, help="passes over the prompts, "
+                   "interleaved: the speedup is the median pass's, with the least and the most beside it "
+                   "(default: %(default)s)")
     p.add_argument("--greedy_only", action="store_true", help="only plain greedy and the drafter's greedy "
                    "rows, no extra sections but the step costs: a quick check, e.g. of long generations "
                    "(--max_new_tokens 480)")
@@ -90,6 +95,9 @@ def parse_args(argv=None):
     p.add_argument("--all_rows", action="store_true", help="every row (B=4/8/16/auto, both verifiers, "
                    "T=1, trees, prompt lookup, other drafters) and every section, not only the headline "
                    "rows: about ten times as long")
+    p.add_argument("--no_peers", action="store_true", help="leave out the peer rows (transformers generate "
+                   "and the official dflash_generate on the exported pair: tools/bench_peers.py), which the "
+                   "headline and --all_rows run when those packages are installed")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the table, step costs and "
                    "settings as JSON")
     p.add_argument("--compile", action="store_true", help="also the headline's DFlash rows with the "
@@ -133,6 +141,8 @@ def chosen_methods(args, drafter, sampler, extra):
         methods, extra = headline_methods(drafter, sampler), {}
     if args.compile:
         methods += compiled_methods(drafter, sampler, not args.sampled_only, not args.greedy_only)
+    if not (args.no_peers or args.sampled_only or args.greedy_only):         # the greedy question's peers
+        methods += bench_peers.peer_methods(args.out, drafter, kind_of(drafter))
     return methods, extra
 
 
@@ -140,12 +150,14 @@ def print_rows(args, rows, prompts, which, wall, where):
     """The header, the table and the terciles -> the names of rows whose greedy output was not plain's."""
     print(f"nanodflash.tools.bench: {args.out} | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens each | {where}")
-    print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s")
+    print(f"methods interleaved per prompt after a warm-up, {args.repeats} pass(es) over the prompts; the "
+          f"speedup: total tokens over total seconds against plain decoding's; wall {wall:.1f}s")
     print((TOY_RUN + "\n") if is_toy_run(args.out) else "")
     print(bench_table.format_table(rows))
     print("speedup: over plain decoding at the same temperature (greedy rows vs 'plain greedy', T=1 rows vs "
           "'plain T=1', T=0.7 rows vs 'plain T=0.7 p=0.95')")
     print(bench_table.format_terciles(rows))
+    print(bench_peers.format_peers(rows) or "(no peer rows: --no_peers, or transformers and dflash missing)")
     bad = [r["name"] for r in rows if r["matches_plain"] is False]
     print(f"greedy outputs identical to plain greedy on all {len(prompts)} prompts: "
           f"{'NO: ' + ', '.join(bad) if bad else 'yes'}")
@@ -227,21 +239,60 @@ def print_draft_costs(target, drafter, family, extra, prompts, costs, main_row, 
     return draft_steps, curve
 
 
+def add_predictions(rows, names, drafter):
+    """row["predicted"]: for the speculative rows named in `names`, the speedup the run folder's calibration
+    predicts from the row's own block sizes (step_costs.predicted_speedup; a compiled row by the compiled
+    pass's calibration); None for the others, or without a calibration."""
+    entries = {False: calibration(drafter), True: calibration(drafter, compiled=True)}
+    for r in rows:
+        entry = entries[r["name"].endswith(" compiled")]
+        priced = r["name"] in names and entry is not None and r["blocks"][0] is not None
+        runs = [(p["tokens"], b) for p, b in zip(r["by_prompt"], r["blocks"])]
+        r["predicted"] = predicted_speedup(entry, runs, r["temperature"] > 0) if priced else None
+
+
+def calibration_record(drafter):
+    """What the predictions and the thread counts came from: the calibration's key, machine and date."""
+    entry = calibration(drafter)
+    return None if entry is None else {k: entry[k] for k in ("key", "machine", "measured", "threads")}
+
+
+def threads_line(args, drafter, threads):
+    """Where the thread counts came from, and the calibration's timings at each count."""
+    if args.threads:
+        return f"threads: {args.threads} for every row (--threads)"
+    entry = calibration(drafter)
+    if entry is None:
+        return (f"threads: {threads['plain']} (no calibration on this machine: `python -m "
+                f"nanodflash.tools.calibrate --out {args.out}` chooses them and makes predictions)")
+    timed = ", ".join(f"{n}: {1e3 * c['plain']:.2f} / {1e3 * c['speculative']:.2f} ms"
+                      for n, c in entry["threads"]["by_count"].items())
+    return (f"threads: plain rows {threads['plain']}, speculative rows {threads['speculative']}, as "
+            f"calibrated ({describe(entry['key'])}, {entry['measured']}: a plain token / a "
+            f"{drafter.block_size}-token step at {timed}); predicted: from that calibration and each row's "
+            "own block sizes")
+
+
 def main(argv=None, extra=None):
     """The CLI. `extra` ({kind: drafter}) adds drafters to those found in --out (e.g. {"dflash2": ...})."""
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     try:
         target, drafter, sampler, extra, prompts, which = load_run(args, extra)
+        threads = decode_threads(drafter, args.threads)
+        torch.set_num_threads(threads["speculative"])
         t0 = time.perf_counter()
         methods, extra = chosen_methods(args, drafter, sampler, extra)
-        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed,
-                             log=to_stderr)
+        predicted = {m.name for m in headline_methods(drafter, sampler)} | {
+            m.name for m in methods if m.name.endswith(" compiled")}
+        rows = run_benchmark(target, drafter, prompts, with_threads(methods, threads), args.max_new_tokens,
+                             args.seed, log=to_stderr, repeats=args.repeats)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    add_predictions(rows, predicted, drafter)
     wall, by_name, where = time.perf_counter() - t0, {r["name"]: r for r in rows}, machine(args.device)
     bad = print_rows(args, rows, prompts, which, wall, where)
+    print(threads_line(args, drafter, threads))
     main_row, policy = print_ceiling(args, by_name, drafter)
     family = {kind_of(drafter): drafter, **dflash_style(extra)}
     acceptance, oracles = print_acceptance(args, target, drafter, sampler, family, prompts, by_name)
@@ -254,7 +305,8 @@ def main(argv=None, extra=None):
                            oracle_selector=oracles, slot_acceptance=acceptance, draft_step_s=draft_steps,
                            draft_cost_curve=curve, policy_costs=policy, machine=where, out=args.out,
                            n_prompts=len(prompts), prompts=args.prompts, prompt_len=PROMPT_LEN,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed), f, indent=2)
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, repeats=args.repeats,
+                           threads=threads, calibration=calibration_record(drafter)), f, indent=2)
         print(f"wrote {args.json}")
     if bad:
         print(f"error: greedy speculative output differs from plain greedy decoding ({', '.join(bad)}): "

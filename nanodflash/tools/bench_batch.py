@@ -30,12 +30,12 @@ from ..ext.batch_policy import COST_ROWS
 from ..speculative import speculative_generate
 from ..store.checkpoint import load
 from ..store.run_folder import drafter_path, run_corpus
-from .cli import floats
+from .cli import decode_threads, floats
 from .measure import bench_flags, bench_prompts, interleaved, machine
 from .repetition import pooled_repetition
 from .watch import policy
 
-N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED, THREADS = 64, 16, 96, 1337, 1
+N_PROMPTS, PROMPT_LEN, MAX_NEW_TOKENS, SEED = 64, 16, 96, 1337
 GREEDY_B, SAMPLED_B = (4, 8, 16, "auto"), (2, 4, 8, "auto")    # the block sizes compared
 MIN_RUNS = 4        # timed runs of each method at a batch size: with fewer batches than this, each batch runs
                     # again (a pass), the order rotated, so one slow moment of the machine does not decide
@@ -138,7 +138,7 @@ def format_costs(tables, how="greedy"):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, THREADS)      # --out, --data, --prompts, --seed, ...
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED)      # --out, --data, --prompts, --seed, ...
     p.add_argument("--batch", default="1,2,4,8,16,32", help="batch sizes, comma-separated "
                    "(default: %(default)s)")
     p.add_argument("--costs_only", action="store_true", help="only print the step costs batch.py's auto "
@@ -208,9 +208,9 @@ def print_where_it_pays(result, batch_sizes, greedy):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     sampling = dict(temperature=args.temperature, top_p=args.top_p) if args.temperature > 0 else None
     tok, target, drafter = load(args.out, args.device, sampling=sampling is not None)
+    torch.set_num_threads(decode_threads(drafter, args.threads)["speculative"])     # every row, both kinds
     prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
                                    args.data or run_corpus(args.out))
     which_drafter = os.path.basename(drafter_path(args.out, sampling is not None))

@@ -22,7 +22,7 @@ SAMPLED = (0.7, 0.95)   # temperature, top-p of the "as people sample" rows
 SAMPLED_B = 4           # the small block size of the sampled rows (next to the drafter's B and "auto")
 SAMPLED_TREE_NODES = (4, 8)   # draft nodes a step of the sampled-tree rows (sampled_tree.py)
 
-Method = namedtuple("Method", "name temperature run")
+Method = namedtuple("Method", "name temperature run threads", defaults=(None,))   # threads: None = as set
 
 
 def plain_method(temperature=0.0, top_p=None):
@@ -166,3 +166,10 @@ def compiled_methods(drafter, sampler=None, greedy=True, sampled=True):
     rows = [m for m in headline_methods(drafter, sampler)
             if not m.name.startswith("plain") and (sampled if m.temperature > 0 else greedy)]
     return [Method(f"{m.name} compiled", m.temperature, partial(m.run, compile=True)) for m in rows]
+
+
+def with_threads(methods, threads):
+    """The methods, each to run at its own thread count: threads["plain"] for plain decoding (the rows named
+    "plain ..."), threads["speculative"] for the others ({plain, speculative}: cli.decode_threads)."""
+    kind = lambda m: "plain" if m.name.startswith("plain") else "speculative"         # noqa: E731
+    return [Method(m.name, m.temperature, m.run, threads[kind(m)]) for m in methods]

@@ -21,52 +21,67 @@ MAX_NEW_TOKENS, SEED = 96, 1337     # new tokens per prompt (480: long generatio
 
 
 def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW_TOKENS, seed=SEED,
-                  warmup=True, log=None):
-    """Run every method on every prompt (interleaved); return one row dict per method. log(line), when
-    given, gets an estimate from a second, timed warm-up pass and progress lines (prompt, row, elapsed,
-    ETA) as it goes.
+                  warmup=True, log=None, repeats=1):
+    """Run every method on every prompt (interleaved), `repeats` times over; return one row dict per method.
+    A method with `threads` runs at that many torch threads (the count is put back at the end). log(line),
+    when given, gets an estimate from a second, timed warm-up pass and progress lines (prompt, row,
+    elapsed, ETA) as it goes.
 
-    Row fields: name, temperature, tau, forwards_per_token, tokens_per_s, speedup, ceiling, plus the totals
-    they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s), by_prompt_speedup and
-    step_cost (bench_table.add_spread_and_step_cost) and, for greedy rows, matches_plain (every output equal
-    to the first greedy method's output on that prompt).
-
-    ceiling (speculative rows; None for plain ones) is an upper bound on speedup BY CONSTRUCTION: within
-    one timed run the loop's draft and verify timers cover disjoint parts of it, so its tokens/s is at
-    most tokens / (draft_time + verify_time); that holds prompt by prompt, the median keeps it (each order
-    statistic of the rates is <= the same one of the bounds; for an even count we take the upper median),
-    and speedup and ceiling divide by the same plain tok/s. `bound` holds that median prompt's numbers per
-    step: ceiling = tau * t_plain / (t_draft + t_verify) with t_plain = 1 / plain tok/s, tau counting the
-    prefill's token. Unlike isolated step costs, in-loop costs include everything the loop does.
-    """
+    The speedup, here and everywhere in the project: the generated tokens of all prompts over their seconds,
+    against plain decoding's at the same temperature; repeated, the median over the repetitions, each a
+    pass over every prompt (`speedup_spread`: the least and the most). Row fields: name, temperature,
+    threads, tau, forwards_per_token, tokens_per_s (over every repetition), speedup, speedup_spread, ceiling,
+    plus the totals they come from (prompts, tokens, steps, forwards, seconds, draft_s, verify_s, each over
+    every repetition), `by_prompt` (the first repetition's prompts), `blocks` (each prompt's block sizes
+    per step, the prediction's input), by_prompt_speedup and step_cost (bench_table.add_spread_and_step_cost)
+    and, for greedy rows, matches_plain (every output equal to the first greedy method's on that prompt);
+    ceiling and bound: finish_rows."""
     methods = methods or default_methods(drafter)
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
+    before = torch.get_num_threads()
     progress = warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log) if warmup else \
         (None if log is None else Progress(log, "bench"))
-    acc = {m.name: dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, rates=[],
-                        bounds=[], runs=[], outs=[], by_prompt=[],
-                        matches_plain=True if m.temperature == 0 else None)
-           for m in methods}
+    acc = {m.name: new_totals(m, repeats) for m in methods}
     counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
-
-    def run(m, prompt, i):
-        counter.n = 0
-        return m.run(target, drafter, prompt, max_new_tokens, torch.Generator().manual_seed(seed + i))
+    passes = [(r, i) for r in range(repeats) for i in range(len(prompts))]
+    run = runner(target, drafter, prompts, max_new_tokens, seed, counter)
     try:
-        runs = interleaved(methods, prompts, run, next(target.parameters()).device)
-        for calls, (i, m, (tokens, stats), dt) in enumerate(runs, 1):
+        runs = interleaved(methods, passes, run, next(target.parameters()).device)
+        for calls, (k, m, (tokens, stats), dt) in enumerate(runs, 1):
+            (r, i), total = passes[k], len(methods) * len(passes)
             if progress is not None:
-                progress.done(calls, len(methods) * len(prompts), f"prompt {i + 1}/{len(prompts)}, {m.name}")
+                progress.done(calls, total, f"prompt {i + 1}/{len(prompts)} of pass {r + 1}/{repeats}, "
+                              f"{m.name}")
             outputs[i][m.name] = tokens
-            add_run(acc[m.name], tokens, stats, dt, counter.n)
+            add_run(acc[m.name], r, tokens, stats, dt, counter.n)
     finally:
         counter.remove()
+        torch.set_num_threads(before)
     greedy = [m.name for m in methods if m.temperature == 0]
     for out in outputs:                                     # lossless: every greedy output == the first one's
         for name in greedy:
             acc[name]["matches_plain"] &= out[name] == out[greedy[0]]
     return finish_rows(methods, acc, len(prompts))
+
+
+def runner(target, drafter, prompts, max_new_tokens, seed, counter):
+    """run(method, (repetition, prompt index), _) for the timing loop: the method on that prompt, seeded by
+    it, at the method's threads, its target forwards counted afresh."""
+    def run(m, item, _):
+        counter.n = 0
+        if m.threads:
+            torch.set_num_threads(m.threads)
+        i = item[1]
+        return m.run(target, drafter, prompts[i], max_new_tokens, torch.Generator().manual_seed(seed + i))
+    return run
+
+
+def new_totals(m, repeats):
+    """A method's empty totals: over every repetition, and per repetition (its seconds, tokens, loop)."""
+    return dict(tokens=0, steps=0, forwards=0, seconds=0.0, draft_s=0.0, verify_s=0.0, runs=[], outs=[],
+                by_prompt=[], blocks=[], threads=m.threads, passes=[[0, 0.0, 0.0] for _ in range(repeats)],
+                matches_plain=True if m.temperature == 0 else None)
 
 
 def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log):
@@ -91,48 +106,60 @@ def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log):
     return progress
 
 
-def add_run(a, tokens, stats, dt, forwards):
-    """Add one timed run (its tokens, stats or None for plain decoding, seconds, target forwards) to a
-    method's totals `a`."""
+def add_run(a, rep, tokens, stats, dt, forwards):
+    """Add one timed run of repetition `rep` (its tokens, stats or None for plain decoding, seconds, target
+    forwards) to a method's totals `a`; the first repetition's runs are kept prompt by prompt."""
     steps = len(tokens) - 1 if stats is None else len(stats.acceptance_lengths)
-    a["outs"].append(tokens)
-    a["tokens"] += len(tokens)
-    a["steps"] += steps
-    a["forwards"] += forwards
-    a["seconds"] += dt
-    a["rates"].append(len(tokens) / dt)
-    a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
-                               repetition=repetition(tokens)))
+    loop = dt if stats is None else stats.draft_time + stats.verify_time
+    for key, value in (("tokens", len(tokens)), ("steps", steps), ("forwards", forwards), ("seconds", dt)):
+        a[key] += value
+    a["passes"][rep] = [x + y for x, y in zip(a["passes"][rep], (len(tokens), dt, loop))]
     if stats is not None:
-        a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
         a["draft_s"] += stats.draft_time
         a["verify_s"] += stats.verify_time
-        loop = stats.draft_time + stats.verify_time
-        a["bounds"].append(dict(                                           # loop <= dt (run_benchmark)
-            tokens_per_s=len(tokens) / loop if loop > 0 else float("inf"),
-            tau=len(tokens) / max(steps, 1), draft_s=stats.draft_time / max(steps, 1),
-            verify_s=stats.verify_time / max(steps, 1)))
+    if rep > 0:
+        return
+    a["outs"].append(tokens)
+    a["by_prompt"].append(dict(tokens=len(tokens), steps=steps, rate=len(tokens) / dt,
+                               repetition=repetition(tokens)))
+    a["blocks"].append(None if stats is None else list(stats.block_sizes))
+    if stats is not None:
+        a["runs"].append(stats.acceptance_lengths)                         # for τ by position band
 
 
 def finish_rows(methods, acc, n):
-    """One row per method from its totals over n prompts: τ, tok/s (the median over prompts), speedup and
-    ceiling over the plain row at the same temperature, spread, step cost, τ by repetition."""
+    """One row per method from its totals over n prompts: τ, tok/s, speedup and ceiling over the plain row
+    at the same temperature (the median over repetitions, and its spread), spread over prompts, step cost,
+    τ by repetition.
+
+    ceiling (speculative rows; None for plain ones) is an upper bound on speedup BY CONSTRUCTION: within
+    one timed run the loop's draft and verify timers cover disjoint parts of it, so a repetition's tokens
+    over its draft and verify seconds is at least its tokens over its seconds; each repetition's bound over
+    plain's rate is at least its speedup, and so is the median of them (each order statistic keeps it).
+    `bound` holds the numbers per step over every repetition: tau * t_plain / (t_draft + t_verify), t_plain
+    = 1 / plain tok/s, tau counting the prefill's token. Unlike isolated step costs, in-loop costs include
+    everything the loop does."""
     rows = []
     for m in methods:
         a = acc[m.name]
-        rate = statistics.median(a.pop("rates"))
-        bounds = sorted(a.pop("bounds"), key=lambda b: b["tokens_per_s"])
-        runs = a.pop("runs")
+        runs, passes = a.pop("runs"), a.pop("passes")
         a["repetition"] = pooled_repetition(a.pop("outs"))          # of the text this row's τ came from
         a["bands"] = [[lo, hi, t] for (lo, hi), t in tau_by_band(runs).items()] if runs else None   # for JSON
+        steps = a["steps"]
+        bound = None if not a["draft_s"] + a["verify_s"] else dict(                   # plain: no step timers
+            tokens_per_s=a["tokens"] / (a["draft_s"] + a["verify_s"]), tau=a["tokens"] / steps,
+            draft_s=a["draft_s"] / steps, verify_s=a["verify_s"] / steps)
         rows.append(dict(name=m.name, temperature=m.temperature, prompts=n,
-                         tau=(a["tokens"] - n) / a["steps"] if a["steps"] else float("nan"),
-                         forwards_per_token=a["forwards"] / a["tokens"], tokens_per_s=rate,
-                         bound=bounds[len(bounds) // 2] if bounds else None, **a))   # median (upper if even)
+                         tau=(a["tokens"] - n * len(passes)) / steps if steps and a["forwards"] else None,
+                         forwards_per_token=a["forwards"] / a["tokens"],
+                         tokens_per_s=a["tokens"] / a["seconds"], bound=bound, pass_totals=passes, **a))
     for r in rows:
         base = next(b for b in rows if b["temperature"] == r["temperature"])
-        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
-        r["ceiling"] = None if r["bound"] is None else r["bound"]["tokens_per_s"] / base["tokens_per_s"]
+        pairs = list(zip(r["pass_totals"], base["pass_totals"]))         # per repetition: (row's, plain's)
+        ratios = [(t / s) / (bt / bs) for (t, s, _), (bt, bs, _) in pairs]
+        r["speedup"], r["speedup_spread"] = statistics.median(ratios), [min(ratios), max(ratios)]
+        r["ceiling"] = None if r["bound"] is None else statistics.median(
+            (t / loop) / (bt / bs) for (t, _, loop), (bt, bs, _) in pairs)
         bench_table.add_spread_and_step_cost(r, base)
     tau_by_repetition(rows)
     return rows

@@ -19,18 +19,26 @@ def add_spread_and_step_cost(row, plain):
 
 
 def format_table(rows):
-    """A line per row; `repeated`: the share of the row's output tokens that close a 4-gram seen before in
-    their continuation (repetition.py), the text its τ was measured on; `by prompt`: the median and
-    interquartile range of each prompt's speedup; `draft+verify`: a step's cost in plain steps."""
+    """A line per row; `threads`: torch threads it decoded with; `repeated`: the share of the row's output
+    tokens that close a 4-gram seen before in their continuation (repetition.py), the text its τ was
+    measured on; `speedup`: total tokens over total seconds against plain decoding's, the median of the
+    repetitions with [the least-the most]; `predicted`: the calibration's (predicted_speedup);
+    `prompts' IQR`: the interquartile range of each prompt's own speedup; `draft+verify`: a step's cost in
+    plain steps."""
     w = max([36] + [len(r["name"]) for r in rows])                    # the longest row name sets the column
-    lines = [f"{'method':<{w}} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} {'speedup':>8} "
-             f"{'by prompt [IQR]':>20} {'draft+verify':>12}"]
+    lines = [f"{'method':<{w}} {'threads':>7} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} "
+             f"{'speedup [spread]':>20} {'predicted':>9} {'prompts IQR':>13} {'draft+verify':>12}"]
     for r in rows:
-        q1, median, q3 = r["by_prompt_speedup"]
+        q1, _, q3 = r["by_prompt_speedup"]
+        speedup = "{:.2f}x [{:.2f}-{:.2f}]".format(r["speedup"], *r["speedup_spread"])
         cost = "" if r["step_cost"] is None else "{:.2f}+{:.2f}".format(*r["step_cost"])
-        lines.append(f"{r['name']:<{w}} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
-                     f"{r['forwards_per_token']:>9.3f} {r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x "
-                     f"{f'{median:.2f}x [{q1:.2f}-{q3:.2f}]':>20} {cost:>12}")
+        predicted = "" if r.get("predicted") is None else f"{r['predicted']:.2f}x"
+        tau, fwd = (("-", "-") if r["tau"] is None else            # a peer: not our loop, not counted
+                    (f"{r['tau']:.2f}", f"{r['forwards_per_token']:.3f}"))
+        lines.append(f"{r['name']:<{w}} {r['threads'] or '':>7} {tau:>6} {100 * r['repetition']:>7.0f}% "
+                     f"{fwd:>9} {r['tokens_per_s']:>8.1f} "
+                     f"{speedup:>20} {predicted:>9} "
+                     f"{f'{q1:.2f}-{q3:.2f}':>13} {cost:>12}")
     return "\n".join(lines)
 
 
@@ -53,13 +61,13 @@ def format_ceiling(row, plain):
     """The ceiling line of speculative row `row` against plain row `plain`, with its in-loop per-step
     costs."""
     b, t_plain = row["bound"], 1e3 / plain["tokens_per_s"]
+    pooled = b["tau"] * t_plain / (1e3 * (b["draft_s"] + b["verify_s"]))
     return (f"ceiling: speedup <= tau * t_plain / (t_draft + t_verify) = {b['tau']:.2f} * {t_plain:.3f} / "
-            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {row['ceiling']:.2f}x   "
-            f"(measured: {row['speedup']:.2f}x)\n"
+            f"({1e3 * b['draft_s']:.3f} + {1e3 * b['verify_s']:.3f}) = {pooled:.2f}x over every repetition, "
+            f"{row['ceiling']:.2f}x the median repetition's (measured: {row['speedup']:.2f}x)\n"
             f"  in-loop ms: t_plain per token of '{plain['name']}' (1 / its tok/s); t_draft (draft + "
-            f"extend), t_verify per step and tau (prefill's token included) of '{row['name']}'\n"
-            "  on its median prompt: a bound by construction, no run is faster than its own draft + verify "
-            "time")
+            f"extend), t_verify per step and tau (prefill's token included) of '{row['name']}', over every "
+            "prompt: a bound by construction, no run is faster than its own draft + verify time")
 
 
 def policy_costs(by_name, kind, B):

@@ -32,11 +32,11 @@ from ..store.checkpoint import load
 from ..store.run_folder import run_corpus
 from .bench import PROMPT_LEN, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
-from .cli import floats, ints
+from .cli import decode_threads, floats, ints
 from .measure import bench_flags, bench_prompts, machine
 from .watch import policy, watched_generate
 
-N_PROMPTS, MAX_NEW_TOKENS, SIZES, THREADS = 64, 96, (16, 32, 64), 1
+N_PROMPTS, MAX_NEW_TOKENS, SIZES = 64, 96, (16, 32, 64)
 
 
 def recorded(run, record):
@@ -153,7 +153,7 @@ def format_rows(rows, records):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED, THREADS)      # --out, --data, --prompts, --seed, ...
+    bench_flags(p, N_PROMPTS, MAX_NEW_TOKENS, SEED)      # --out, --data, --prompts, --seed, ...
     p.add_argument("--sizes", type=ints(1, 4096), nargs="+", default=list(SIZES),
                    help="tree sizes N (draft nodes per step, at most) (default: %(default)s)")
     p.add_argument("--branching", type=ints(1, 4096), default=None, help="children per node at most "
@@ -191,9 +191,9 @@ def print_ceiling(target, drafter, prompts, references, single):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     try:
         tok, target, drafter = load(args.out, args.device)
+        torch.set_num_threads(decode_threads(drafter, args.threads)["speculative"])     # every row
         prompts, which = bench_prompts(args.prompts, tok, args.n_prompts, PROMPT_LEN, args.seed,
                                        args.data or run_corpus(args.out))
         B = min(16, drafter.block_size)

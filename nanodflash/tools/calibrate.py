@@ -1,20 +1,24 @@
-"""Measure what a speculative step costs on this machine, once, and keep it in the run folder: the table
-block_size="auto" weighs drafts by (nanodflash/ext/step_costs.py). Decoding itself never times anything.
+"""Measure what decoding costs on this machine, once, and keep it in the run folder: the thread counts to
+decode with and the step costs block_size="auto" weighs drafts by and the bench predicts from
+(nanodflash/ext/step_costs.py). Decoding itself never times anything.
 
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
     python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
     python -m nanodflash.tools.calibrate --out out --compile     # batch 1 with the drafter's pass compiled
 
-A step is timed as the loops run it, after a context of CONTEXT tokens, greedy and sampled. Batch 1 through
-the path decoder's pieces: the newly verified positions projected into the drafter's context, one drafter
-pass of n+1 slots (none when n = 0), one target forward of n+1 tokens (sampled: each draft drawn from q, the
-target's p at every position, the rejection test). 2 to 32 rows: the batched decoder's whole step
-(batch.SpecBatch.step: drafting, verifying, emitting, the rows' bookkeeping) over a plain batched step
-(plain_batch.PlainBatch.plain_step), since a batch drafts only when that beats plain batched decoding. Each
-is the median of `calls` calls at each of COST_TOKENS block sizes, the sizes interleaved call by call, linear
-in between. train_tiny.py calibrates at its end; costs.json keeps one table per machine key (device, dtype,
-threads, torch version, compile mode), so a folder copied to another machine keeps its first machine's table
-and gets one of its own beside it.
+Threads first: plain greedy decoding and a full-block speculative step are timed at 1, 2, ... threads (up to
+this machine's CPUs, at most MAX_THREADS), and each gets the fewest threads within SAME_SPEED of its fastest
+(verifying a block is parallel work a plain step lacks: the two may differ). Then, at the speculative count,
+the library's own code is timed as the decoders run it: batch 1's `speculative_step` (the nano core's step:
+draft n tokens in one pass, verify n+1, keep a prefix, roll both caches back) after CONTEXT tokens, greedy
+and sampled, at each of COST_TOKENS block sizes (linear in between), put back after each call; a request
+(`speculative_generate` of one token: the caches and the prefill of a PROMPT_LEN-token prompt); plain
+decoding's token and request (`generate`, at the plain count). 2 to 32 rows: the batched decoder's whole
+step (batch.SpecBatch.step) over a plain batched step (plain_batch.PlainBatch.plain_step), since a batch
+drafts only when that beats plain batched decoding. Each is the median of `calls` calls, every step's calls
+interleaved with the others' by the benchmarks' one timing loop (measure.interleaved). train_tiny.py
+calibrates at its end; costs.json keeps one entry per machine key (device, dtype, threads, torch version,
+compile mode), so a folder copied to another machine keeps its first machine's and gets one of its own.
 """
 
 import argparse
@@ -31,85 +35,185 @@ from ..ext.batch import SpecBatch
 from ..ext.batch_policy import COST_ROWS
 from ..ext.plain_batch import PlainBatch
 from ..ext.step_costs import cost_key, describe
-from ..sampling import DraftRule, probs_from_logits
+from ..sampling import Sampling
+from ..speculative import generate, prefill, speculative_generate, speculative_step, start_request
 from ..store.checkpoint import fingerprint, load
-from ..store.run_folder import read_costs, write_costs
-from ..verify import rejection_verify
-from .cli import DECODE_THREADS, check_device, ints
-from .measure import sync
+from ..store.data import val_prompts
+from ..store.run_folder import read_costs, run_corpus, write_costs
+from .cli import check_device, ints, using_threads
+from .measure import interleaved
 
-CONTEXT = 64                      # tokens of context the timed steps attend to
+CONTEXT = 64                      # tokens of context the timed steps attend to (a bench generation's middle)
+PROMPT_LEN = 16                   # the timed request's prompt: the bench's prompts' length
+PLAIN_TOKENS = 16                 # plain decoding's token: (generate 1 + this many - generate 1) / this many
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
 N_CALLS = 61                      # timed calls per block size (the median counts), after one warm-up each:
                                   # how well two calibrations agree: docs/log.md
-SAMPLED_T = 0.7                   # sampled steps are timed at this temperature (cost barely moves with it)
+SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature and top-p (the bench's)
+MAX_THREADS = 8                   # thread counts tried: 1 .. min(this, the machine's CPUs)
+SEED = 7                          # picks the run's text the steps are timed on
+SAME_SPEED = 0.03                 # more threads must be this much faster to be chosen (else: contention)
 
 
 def median_seconds(steps, device, n=N_CALLS):
-    """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, the steps interleaved call
-    by call (so a slow moment of the machine weighs on all of them alike), after one untimed warm-up call
-    each (allocation, kernel setup)."""
-    times = {name: [] for name in steps}
+    """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, timed by the benchmarks'
+    one loop (measure.interleaved: every step's call in turn, the order rotated call by call, so a slow
+    moment of the machine weighs on all of them alike), after one untimed warm-up call each."""
     for fn in steps.values():
         fn()
-    for _ in range(n):
-        for name, fn in steps.items():
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append(time.perf_counter() - t0)
+    times = {name: [] for name in steps}
+    for _, name, _, seconds in interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device):
+        times[name].append(seconds)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def relative_costs(seconds, max_block_size):
-    """{block size t: seconds} at some t (1 included) -> [cost(n) for n in 0..B-1], cost(n) = seconds at
-    t = n+1 (linear between the timed sizes, the last segment extended) over the seconds at t = 1.
+def interpolated(seconds, max_block_size):
+    """{block size t: seconds} at some t (1 included) -> [seconds at t for t in 1..B], linear between the
+    timed sizes, the last segment extended.
 
-    >>> relative_costs({1: 2.0, 2: 2.5, 4: 3.0}, 5)
-    [1.0, 1.25, 1.375, 1.5, 1.625]
+    >>> interpolated({1: 2.0, 2: 2.5, 4: 3.0}, 5)
+    [2.0, 2.5, 2.75, 3.0, 3.25]
     """
     ts = sorted(seconds)
     out = []
     for t in range(1, max_block_size + 1):
         i = max(1, min(len(ts) - 1, sum(x < t for x in ts)))
         lo, hi = ts[i - 1], ts[i]
-        out.append((seconds[lo] + (seconds[hi] - seconds[lo]) * (t - lo) / (hi - lo)) / seconds[1])
+        out.append(seconds[lo] + (seconds[hi] - seconds[lo]) * (t - lo) / (hi - lo))
     return out
 
 
+def relative_costs(seconds, max_block_size):
+    """[cost(n) for n in 0..B-1]: the seconds at t = n+1 (interpolated) over the seconds at t = 1.
 
-@torch.no_grad()
-def time_single_steps(target, drafter, n_calls=N_CALLS, sampled=False, compiled=False):
-    """{t: seconds of one batch-1 step with a block of t tokens} at the COST_TOKENS sizes up to the drafter's
-    block size: project t verified positions, draft t-1 tokens (none at t = 1), verify t tokens; sampled:
-    drafts drawn from q, and the target's p and the rejection test on every position (match's draw from p
-    costs about as much). compiled: the drafter's pass compiled (compiled.py), its graphs made by the
-    warm-up call of each size."""
-    B, ids = drafter.block_size, drafter.target_layer_ids
-    device = next(target.parameters()).device
-    n = min(CONTEXT, target.config.max_seq_len - B)
-    context = torch.arange(n, device=device)[None] % target.config.vocab_size               # (1, n) any ids
-    cache = target.new_cache(1, n + B)
-    dcache = compiled_pass.new_cache(drafter, n + B) if compiled else drafter.new_cache(n + B)
-    _, feats = target(context, cache, layer_ids=ids)
+    >>> relative_costs({1: 2.0, 2: 2.5, 4: 3.0}, 5)
+    [1.0, 1.25, 1.375, 1.5, 1.625]
+    """
+    return [s / seconds[1] for s in interpolated(seconds, max_block_size)]
+
+
+def token_ids(target, n, text=None):
+    """n token ids to time on: the first n of `text` (the run's own text: the drafts accepted, the kept
+    positions projected and the sampler's nucleus are then the decoders'), else ids spread over the
+    vocabulary."""
+    if text is not None and len(text) >= n:
+        return list(text[:n])
+    return [(7 * i + 3) % target.config.vocab_size for i in range(n)]
+
+
+def sampling_of(sampled):
+    return Sampling(*SAMPLED[:1], None, SAMPLED[1]) if sampled else Sampling(0.0, None, None)
+
+
+def plain_calls(target, sampled, text=None):
+    """Plain decoding, timed through `generate`: {"request": a PROMPT_LEN-token prompt and its first token,
+    "short"/"long": 1 and 1 + PLAIN_TOKENS tokens after CONTEXT - PLAIN_TOKENS // 2 tokens} (the plain
+    tokens' contexts centred on CONTEXT)."""
+    s, context = sampling_of(sampled), token_ids(target, CONTEXT - PLAIN_TOKENS // 2, text)
+
+    def call(prompt, n):
+        return lambda: generate(target, prompt, n, s.temperature, s.top_k, s.top_p,
+                                generator=torch.Generator().manual_seed(0))
+    return {"request": call(context[:PROMPT_LEN], 1), "short": call(context, 1),
+            "long": call(context, 1 + PLAIN_TOKENS)}
+
+
+def plain_figures(seconds):
+    """The seconds of plain_calls -> {token: seconds per plain token, request: a request's seconds}."""
+    return dict(token=(seconds["long"] - seconds["short"]) / PLAIN_TOKENS, request=seconds["request"])
+
+
+def step_calls(target, drafter, sampled, sizes, text=None):
+    """{t: one `speculative_step` with a block of t tokens (t-1 drafts) after CONTEXT tokens, put back after
+    each call} for t in sizes, and {"request": `speculative_generate` of one token after a PROMPT_LEN-token
+    prompt}. The caches are set as the loop leaves them: one full-block step after the prefill, so a step
+    projects what the step before it kept."""
+    s, B = sampling_of(sampled), drafter.block_size
+    n = min(CONTEXT, target.config.max_seq_len - 3 * B)
     g = torch.Generator().manual_seed(0)
-    rule = DraftRule(SAMPLED_T, True, g) if sampled else DraftRule(0.0, False, None)
+    request, prompt = start_request(target, drafter, token_ids(target, n, text), 3 * B, s, generator=g)
+    first = prefill(target, drafter, prompt, request.cache, request.dcache, s, g)
+    anchor = speculative_step(request, first, B, 2 * B).new[-1]
+    length, mark = request.cache.length, drafter.mark(request.dcache)
 
     def step_of(t):
-        def step():
-            dcache.length = n - t                          # the last t context positions, verified anew
-            drafter.extend(dcache, feats[:, n - t:], context[:, n - t:])
-            if t > 1:
-                drafts, q = drafter.draft(dcache, 0, t - 1, rule)   # projects them, then drafts
-            else:
-                drafter.project_context(dcache)            # what the next draft would project first
-            logits, _ = target(context[:, :t], cache, layer_ids=ids)
-            if sampled and t > 1:                          # the verifier's share of a sampled step
-                rejection_verify(drafts, q, probs_from_logits(logits[0].cpu(), SAMPLED_T), g)
-            cache.crop(n)
-        return step
-    return median_seconds({t: step_of(t) for t in COST_TOKENS if t <= B}, device, n_calls)
+        def call():
+            speculative_step(request, anchor, t, B)
+            request.cache.crop(length)
+            drafter.rewind(request.dcache, mark)
+        return call
+
+    def one_token():
+        speculative_generate(target, drafter, token_ids(target, PROMPT_LEN, text), 1, block_size=B,
+                             temperature=s.temperature, top_p=s.top_p, generator=g)
+    return {**{t: step_of(t) for t in sizes}, "request": one_token}
+
+
+def fewest_fast(seconds):
+    """The fewest threads within SAME_SPEED of the fastest: {threads: seconds} -> threads.
+
+    >>> fewest_fast({1: 1.0, 2: 0.98, 4: 0.8})
+    4
+    >>> fewest_fast({1: 1.0, 2: 0.98})
+    1
+    """
+    fastest = min(seconds.values())
+    return min(n for n, s in seconds.items() if s <= fastest * (1 + SAME_SPEED))
+
+
+def choose_threads(target, drafter, n_calls=N_CALLS, log=print, text=None):
+    """Time plain greedy decoding's token and a full-block greedy speculative step at 1, 2, ... threads, all
+    in one interleaved loop -> {plain: threads, speculative: threads, by_count: {threads: {plain: s,
+    speculative: s}}}; the thread count is left as it was."""
+    before, B = torch.get_num_threads(), drafter.block_size
+    counts = range(1, min(os.cpu_count() or 1, MAX_THREADS) + 1)
+    plain = {k: fn for k, fn in plain_calls(target, False, text).items() if k != "request"}
+    calls = {**plain, "spec": step_calls(target, drafter, False, [B], text)[B]}
+    try:
+        s = median_seconds({(n, k): at_threads(n, fn) for n in counts for k, fn in calls.items()},
+                           next(target.parameters()).device, n_calls)
+    finally:
+        torch.set_num_threads(before)
+    by_count = {str(n): dict(plain=plain_figures({k: s[n, k] for k in plain} | {"request": 0.0})["token"],
+                             speculative=s[n, "spec"]) for n in counts}
+    choice = {kind: fewest_fast({int(n): c[kind] for n, c in by_count.items()})
+              for kind in ("plain", "speculative")}
+    log(f"[calibrate] threads: plain {choice['plain']}, speculative {choice['speculative']} (plain token / "
+        f"{B}-token step: " + ", ".join(f"{n} thread{'s' if n != '1' else ''} {1e3 * c['plain']:.2f} / "
+                                       f"{1e3 * c['speculative']:.2f} ms" for n, c in by_count.items()) + ")")
+    return dict(choice, by_count=by_count)
+
+
+def at_threads(n, fn):
+    """fn, called at n torch threads."""
+    def call():
+        torch.set_num_threads(n)
+        return fn()
+    return call
+
+
+def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
+    """Batch 1 and plain decoding, greedy and sampled, every call in one interleaved loop, each at its own
+    thread count ({plain, speculative}) -> {kind: dict(steps=[seconds of a step of t tokens for t in 1..B],
+    request=a speculative request's seconds, plain={token, request})}, kind "greedy" or "sampled"."""
+    B, calls = drafter.block_size, {}
+    for kind in ("greedy", "sampled"):
+        steps = step_calls(target, drafter, kind == "sampled", [t for t in COST_TOKENS if t <= B], text)
+        calls.update({(kind, "step", k): at_threads(threads["speculative"], fn) for k, fn in steps.items()})
+        plain = plain_calls(target, kind == "sampled", text)
+        calls.update({(kind, "plain", k): at_threads(threads["plain"], fn) for k, fn in plain.items()})
+    before = torch.get_num_threads()
+    try:
+        s = median_seconds(calls, next(target.parameters()).device, n_calls)
+    finally:
+        torch.set_num_threads(before)
+    out = {}
+    for kind in ("greedy", "sampled"):
+        steps = {k: v for (x, what, k), v in s.items() if x == kind and what == "step"}
+        out[kind] = dict(request=steps.pop("request"), steps=interpolated(steps, B),
+                         plain=plain_figures({k: v for (x, what, k), v in s.items()
+                                              if x == kind and what == "plain"}))
+    return out
 
 
 @torch.no_grad()
@@ -139,7 +243,7 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
                 batch.context.rewind(mark)
         return call
 
-    T, g = (SAMPLED_T if sampled else 0.0), torch.Generator().manual_seed(0)
+    T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
     plain = PlainBatch(target, prompts, 2 * B, temperature=T, generator=g)
     steps = {1: timed_step(plain, plain.plain_step)}
     for t in COST_TOKENS:
@@ -147,6 +251,11 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
             spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t, temperature=T, generator=g)
             steps[t] = timed_step(spec, spec.step)
     return median_seconds(steps, plain.device, n_calls)
+
+
+def run_text(tok, out_dir):
+    """CONTEXT token ids of the run's validation text (a held-out prompt's worth, longer)."""
+    return val_prompts(tok, 1, CONTEXT, SEED, run_corpus(out_dir))[0]
 
 
 def processor():
@@ -158,25 +267,43 @@ def processor():
         return platform.processor() or "unknown CPU"
 
 
-def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False):
-    """Time the steps and return costs.json's entry for this machine: {key, machine, measured, seconds,
-    block_size, target (the fingerprint of the target timed), costs: {"greedy": {rows: [cost(n)...]},
-    "sampled": {rows: [...]}}}. compiled: batch 1's steps with the drafter's pass compiled, under the
-    compiled key (the batched decoder has no compiled pass)."""
-    rows = (1,) if compiled else rows
+def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text=None):
+    """Greedy and sampled, at the `threads` {plain, speculative} -> (costs {kind: {rows: [cost(n) for n in
+    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps))."""
+    B = drafter.block_size
+    single = time_single_steps(target, drafter, threads, n_calls, text)
+    costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
+    with using_threads(threads["speculative"]):
+        for R in rows:
+            for kind in costs:
+                if R > 1:
+                    seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled")
+                    costs[kind][str(R)] = relative_costs(seconds, B)
+                log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per "
+                    f"row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
+    return costs, single
+
+
+def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None):
+    """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
+    count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
+    0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
+    plain_seconds: {kind: {token, request}} (at the plain count), block_size, target (the fingerprint of the
+    target timed), machine, measured, seconds}, kind "greedy" or "sampled". compiled: batch 1's steps with
+    the drafter's pass compiled, under the compiled key (the batched decoder has no compiled pass). text:
+    token ids of the run's text to time on (run_text), CONTEXT of them at least."""
     t0, B = time.perf_counter(), drafter.block_size
     device = next(target.parameters()).device
-    greedy, sampled = {}, {}
-    for R in rows:
-        for kind, table in (("greedy", greedy), ("sampled", sampled)):
-            seconds = (time_single_steps(target, drafter, n_calls, kind == "sampled", compiled) if R == 1
-                       else time_batch_steps(target, drafter, R, n_calls, kind == "sampled"))
-            table[str(R)] = relative_costs(seconds, B)
-            log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per row "
-                f"costs {table[str(R)][-1]:.2f} steps without drafts")
+    drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter
+    threads = choose_threads(target, drafter, n_calls, log, text)
+    costs, single = step_tables(target, drafter, threads, (1,) if compiled else rows, n_calls, log, text)
+    with using_threads(threads["speculative"]):
+        key = cost_key(target, compiled)
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
-    return dict(key=cost_key(target, compiled), block_size=B, costs=dict(greedy=greedy, sampled=sampled),
-                target=fingerprint(target),
+    return dict(key=key, block_size=B, threads=threads, costs=costs,
+                step_seconds={k: t["steps"] for k, t in single.items()},
+                request_seconds={k: t["request"] for k, t in single.items()},
+                plain_seconds={k: t["plain"] for k, t in single.items()}, target=fingerprint(target),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
 
@@ -191,14 +318,14 @@ def main(argv=None):
                    "pass compiled (speculative_generate(compile=True)), kept beside the eager one")
     args = p.parse_args(argv)
     check_device(p, args.device)
-    torch.set_num_threads(DECODE_THREADS)              # the threads the decoders run with
     try:
-        _, target, drafter = load(args.out, args.device)
+        tok, target, drafter = load(args.out, args.device)
+        text = run_text(tok, args.out)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
-    entry = calibrate(target, drafter, args.calls, compiled=args.compile)
+    entry = calibrate(target, drafter, args.calls, compiled=args.compile, text=text)
     path = write_costs(args.out, entry)
-    print(f"wrote {path}: the step costs of {describe(entry['key'])} on {entry['machine']} "
+    print(f"wrote {path}: the threads and step costs of {describe(entry['key'])} on {entry['machine']} "
           f"({entry['seconds']:.0f} s; {len(read_costs(args.out))} machine key(s) in the file)")
 
 

@@ -15,13 +15,16 @@ range. Every float flag refuses NaN and ±inf (NaN passes every `x < 0` test). C
 import argparse
 import math
 import os
+from contextlib import contextmanager
 
 import torch
 
+from ..ext.step_costs import calibration
+
 MAX_COUNT = 10**6       # bound on steps, sequences, prompts, tokens: a typo must not start a run of days
 MAX_SEED = 2**32 - 1    # seeds are 32-bit unsigned integers
-DECODE_THREADS = 1      # CPU threads the scripts, benchmarks and notebooks decode with: batch-1 decoding of
-                        # these small models is bound by per-operation overhead, and more threads add sync
+DECODE_THREADS = 1      # CPU threads to decode with where no calibration chose (decode_threads): batch-1
+                        # decoding of these small models is bound by per-operation overhead
 
 
 def _range(low, high, low_open=False):
@@ -72,3 +75,24 @@ def check_device(parser, device):
     if device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {device} was asked for but CUDA is not available on this machine; use "
                      "--device cpu")
+
+
+def decode_threads(drafter, override=None):
+    """{plain: threads, speculative: threads} to decode with: `override` (--threads N) for both, else the
+    counts the run folder's calibration chose on this machine (tools/calibrate.py), else DECODE_THREADS."""
+    if override:
+        return dict(plain=override, speculative=override)
+    entry = calibration(drafter)
+    chosen = entry["threads"] if entry else dict(plain=DECODE_THREADS, speculative=DECODE_THREADS)
+    return dict(plain=chosen["plain"], speculative=chosen["speculative"])
+
+
+@contextmanager
+def using_threads(n):
+    """torch decodes with n CPU threads inside the block, with the count it had after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(before)

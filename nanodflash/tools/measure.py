@@ -34,7 +34,6 @@ import os
 import platform
 import time
 from dataclasses import dataclass
-from statistics import median
 
 import torch
 
@@ -60,7 +59,7 @@ def bench_prompts(which, tok, n, length, seed, data):
     return val_prompts(tok, n, length, seed, data), "validation prompts"
 
 
-def bench_flags(p, n_prompts, max_new_tokens, seed, threads_default):
+def bench_flags(p, n_prompts, max_new_tokens, seed):
     """The flags every benchmark takes (bench, bench_batch, bench_tree), added to argparse parser `p`: the
     run folder, the prompts (how many, which set, from which corpus), tokens per prompt, seed, device,
     threads."""
@@ -79,8 +78,9 @@ def bench_flags(p, n_prompts, max_new_tokens, seed, threads_default):
     p.add_argument("--seed", type=ints(0, MAX_SEED), default=seed,
                    help="picks the prompts and seeds the samplers (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--threads", type=threads, default=threads_default,
-                   help="torch CPU threads, at most this machine's CPUs (default: %(default)s)")
+    p.add_argument("--threads", type=threads, default=None,
+                   help="torch CPU threads for every row, at most this machine's CPUs (default: the counts "
+                   "the run folder's calibration chose, tools/calibrate.py)")
 
 
 def machine(device):
@@ -145,7 +145,7 @@ def interleaved(methods, items, run, device="cpu"):
 
 
 def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=None, verifier="rejection",
-                 decoder=speculative_generate, ties=None, outputs=None, **kw):
+                 decoder=speculative_generate, ties=None, outputs=None, threads=None, **kw):
     """Wall-clock of plain vs speculative greedy decoding on the same prompts, interleaved; checks equality.
     Returns (plain seconds, speculative seconds, τ of the speculative runs). `runs`, a list, receives each
     speculative run's acceptance lengths (for τ by position, `tau_by_band`), `outputs`, a list, its tokens
@@ -154,8 +154,11 @@ def side_by_side(target, drafter, prompts, new_tokens, block_size=None, runs=Non
     the speculative side with `verifier`), and the outputs, samples, are not compared. `decoder`: the
     speculative decoder, speculative_generate or one called like it (e.g. a tree decoder with its tree size
     bound). A greedy output that differs raises AssertionError, unless it first differs at a float32 rounding
-    tie (`greedy_difference`) and `ties`, a list, is given: it then receives (prompt index, Difference)."""
+    tie (`greedy_difference`) and `ties`, a list, is given: it then receives (prompt index, Difference).
+    threads: {plain, speculative}, the torch threads of each side (cli.decode_threads), else as set."""
     def run(method, p, i):
+        if threads is not None:
+            torch.set_num_threads(threads[method])
         g = torch.Generator().manual_seed(i)
         if method == "plain":
             return generate(target, p, new_tokens, generator=g, **kw), None
@@ -265,8 +268,9 @@ def tau_by_repetition(rows, parts=3):
     greedy decoding's output on them (repetition.py; never by step, since long accepted steps hold more
     repeats), then cut into `parts` groups, least repetitive first. Adds to each greedy row
     `terciles`: [dict(repetition, tau, speedup)], where repetition is the plain outputs' mean share in the
-    group, tau counts the group's tokens (the prefill's excluded) over its steps, and speedup is the median
-    tok/s of the group's prompts over plain greedy's. Rows need `by_prompt` (run_benchmark)."""
+    group, tau counts the group's tokens (the prefill's excluded) over its steps, and speedup is the group's
+    tokens over its seconds, against plain greedy's on the same prompts (the bench's speedup). Rows need
+    `by_prompt` (run_benchmark)."""
     plain = next((r for r in rows if r["name"] == "plain greedy"), None)
     if plain is None:
         return
@@ -274,7 +278,7 @@ def tau_by_repetition(rows, parts=3):
     order = sorted(range(n), key=lambda i: plain["by_prompt"][i]["repetition"])
     groups = [order[k * n // parts:(k + 1) * n // parts] for k in range(parts)]
     for r in rows:
-        if r["temperature"] != 0:
+        if r["temperature"] != 0 or r.get("tau", 1) is None:          # sampled, or a peer's loop (uncounted)
             continue
         r["terciles"] = []
         for g in groups:
@@ -283,8 +287,12 @@ def tau_by_repetition(rows, parts=3):
             r["terciles"].append(dict(
                 repetition=sum(p["repetition"] for p in base) / max(len(base), 1),
                 tau=(sum(p["tokens"] for p in mine) - len(mine)) / steps if steps else float("nan"),
-                speedup=(median([p["rate"] for p in mine]) / median([p["rate"] for p in base])
-                         if g else float("nan"))))
+                speedup=pooled_rate(mine) / pooled_rate(base) if g else float("nan")))
+
+
+def pooled_rate(runs):
+    """Tokens per second of runs [dict(tokens, rate)]: their tokens over their seconds."""
+    return sum(r["tokens"] for r in runs) / sum(r["tokens"] / r["rate"] for r in runs)
 
 
 def format_bands(taus):

@@ -25,7 +25,7 @@ from ..store.data import val_prompts
 from ..store.run_folder import run_corpus
 from ..store.tokenizer import ENDOFTEXT
 from . import hf
-from .cli import DECODE_THREADS, MAX_COUNT, MAX_SEED, check_device, floats, ints, threads
+from .cli import MAX_COUNT, MAX_SEED, check_device, decode_threads, floats, ints, threads
 from .hf_tokenizer import normalize
 from .repetition import least_repetitive, repetition
 from .watch import watched_generate
@@ -60,8 +60,8 @@ def model_flags(a):
     a("--seed", type=ints(0, MAX_SEED), default=SEED, help="picks the validation prompt and seeds sampling "
       "(default: %(default)s)")
     a("--device", default=DEVICE, help="cpu or cuda (default: %(default)s)")
-    a("--threads", type=threads, default=DECODE_THREADS, help="torch CPU threads, at most this machine's "
-      "CPUs (default: %(default)s)")
+    a("--threads", type=threads, default=None, help="torch CPU threads, at most this machine's CPUs "
+      "(default: the counts the run folder's calibration chose for plain and speculative decoding)")
 
 
 def decoding_flags(a):
@@ -134,11 +134,13 @@ def default_prompt(tok, target, max_new_tokens, seed, data, candidates=CANDIDATE
 
 def load(args):
     """The models (a run folder's, or --hf's) and the prompt -> (tok, target, drafter, prompt ids, a line
-    saying how the prompt was chosen, or None)."""
+    saying how the prompt was chosen, or None). torch then decodes with the threads the run's calibration
+    chose for speculative decoding, or --threads (cli.decode_threads)."""
     if args.hf:
         tok, target, drafter = hf.load(*args.hf, device=args.device, dtype=getattr(torch, args.dtype))
     else:                             # T > 0: drafter_sampling.pt, where the run made one (train_tiny.py)
         tok, target, drafter = nanodflash.load(args.out, args.device, sampling=args.temperature > 0)
+    torch.set_num_threads(decode_threads(drafter, args.threads)["speculative"])
     if args.prompt is None:                      # from the corpus the run was trained on, unless --data says
         data = args.data or (None if args.hf else run_corpus(args.out))
         return (tok, target, drafter, *default_prompt(tok, target, args.max_new_tokens, args.seed, data,
