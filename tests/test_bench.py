@@ -170,7 +170,7 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     captured = capsys.readouterr()
     out = captured.out
     rows = len(json.loads(path.read_text())["rows"])
-    for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens; from the warm-up, expect about ",
+    for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens, 3 pass(es); from the warm-up, expect ",
                    "[bench] prompt 1/1 of pass 3/3, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
         assert needed in captured.err, f"the progress lines on stderr lack {needed!r}:\n{captured.err}"
     assert "[bench]" not in out, "progress lines belong on stderr, apart from the table"
@@ -471,8 +471,8 @@ def test_bench_runs_the_headline_rows_by_default_and_every_row_with_all_rows(smo
     sampled = f"{kind}-sampling T=0.7 p=0.95 rejection"
     peers = ([bench_peers.HF_ROW, f"{kind} {bench_peers.OFFICIAL_ROW.format(B=B)}"] if bench_peers.available()
              else [])
-    assert names == ["plain greedy", f"{kind} greedy B={B}", "plain T=0.7 p=0.95", f"{sampled} B=4",
-                     f"{sampled} B=auto", *peers], \
+    assert names == ["plain greedy", f"{kind} greedy B={B}", f"{kind} greedy B=auto", "plain T=0.7 p=0.95",
+                     f"{sampled} B=4", f"{sampled} B=auto", *peers], \
         f"the default rows should answer the greedy and the sampled question, and the peers: {names}"
     for r in rows[len(names) - len(peers):]:
         own = rows[0 if "plain" in r["name"] else 1]                 # ours of the same kind
@@ -493,7 +493,7 @@ def test_the_compiled_rows_are_the_headline_dflash_rows_each_named_compiled(smok
     compiled = [m.name for m in bench_methods.compiled_methods(drafter, sampler)]
     assert compiled == [f"{name} compiled" for name in headline], f"{compiled} are not twins of {headline}"
     greedy = [m.temperature for m in bench_methods.compiled_methods(drafter, sampler, sampled=False)]
-    assert greedy == [0.0], f"greedy only should keep the greedy twin alone, got temperatures {greedy}"
+    assert greedy == [0.0, 0.0], f"greedy only should keep the greedy twins (B and auto), got {greedy}"
 
 
 def test_a_rows_spread_is_over_each_prompts_own_ratio_and_its_step_cost_is_in_plain_steps():

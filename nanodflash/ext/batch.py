@@ -66,7 +66,7 @@ class SpecBatch(PlainBatch):
                          layer_ids=drafter.target_layer_ids, slack=B)
         self.auto = block_size == "auto"          # fixed sizes are checked as at batch 1 (block_policy.py)
         costs_at = partial(batch_costs, drafter, sampled=temperature > 0)   # rows -> costs
-        self.sizer = BatchBlockSize(B, costs_at, prior(temperature > 0), len(prompts)) if self.auto else \
+        self.sizer = BatchBlockSize(B, costs_at, prior(temperature > 0)) if self.auto else \
             block_sizes(block_size, B)
         self.choose = draft_rule(verifier, temperature, generator)            # argmax, or samples of q
         self.drafter, self.verifier, self.temperature = drafter, verifier, temperature

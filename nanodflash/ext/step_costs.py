@@ -160,6 +160,13 @@ def kind_of(sampled):
     return "sampled" if sampled else "greedy"
 
 
+def plain_token_prices(entry, sampled=False):
+    """[a batch-1 step with n drafts, in plain decoding's tokens, for n in 0..B-1], from a calibration entry:
+    the price of a step against the token plain decoding would emit in its time (the what-if panel's)."""
+    token = entry["plain_seconds"][kind_of(sampled)]["token"]
+    return [s / token for s in entry["step_seconds"][kind_of(sampled)]]
+
+
 def predicted_seconds(entry, blocks, sampled=False):
     """The seconds of a batch-1 speculative generation whose steps had these block sizes, priced by a
     calibration `entry`: a request (the caches, the prefill, the first token) + each step's seconds."""

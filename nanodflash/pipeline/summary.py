@@ -120,12 +120,13 @@ def headline(rows):
 
     >>> print(headline({"greedy": dict(decoding="B=16", prompts=64, tau=5.06, repetition=0.66,
     ...                                speedup=2.62)}))     # doctest: +NORMALIZE_WHITESPACE
-    headline (held-out prompts; speedup over plain decoding of the same prompts):
+    headline (held-out prompts; speedup: their tokens over their seconds, against plain decoding's):
       greedy  B=16                     tau 5.06 | text 66% repeated | 2.62x | 64 prompts
       sampled: not measured: this run has no drafter tuned for sampled text (train_tiny.py adds it)
     greedy is what the exactness tests decode, and its loops lift tau; sampled is what users decode
     """
-    lines = ["headline (held-out prompts; speedup over plain decoding of the same prompts):"]
+    lines = ["headline (held-out prompts; speedup: their tokens over their seconds, against plain "
+             "decoding's):"]
     for name, r in rows.items():
         share = f"{100 * r['repetition']:2.0f}%"
         lines.append(f"  {name:7} {r['decoding']:24} tau {r['tau']:4.2f} | text {share} repeated | "

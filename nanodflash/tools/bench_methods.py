@@ -147,14 +147,15 @@ def sampled_methods(drafter, samplers, extra=None):
 
 def headline_methods(drafter, sampler=None):
     """The rows the bench runs by default, each answering one question: plain greedy and the drafter at its
-    own block size (up to 16): what greedy decoding gains; plain T=0.7 top-p 0.95 and the rejection rows at
-    B=4 and B=auto of the drafter sampling decodes with (the sampling drafter where the run made one): what
-    sampling, as people sample, gains: picked from `default_methods` by name; every row takes about ten times
-    as long at 64 prompts (`--all_rows`)."""
+    own block size (up to 16) and at B=auto: what greedy decoding gains; plain T=0.7 top-p 0.95 and the
+    rejection rows at B=4 and B=auto of the drafter sampling decodes with (the sampling drafter where the run
+    made one): what sampling, as people sample, gains: picked from `default_methods` by name; every row
+    takes about ten times as long at 64 prompts (`--all_rows`)."""
     B, kind = drafter.block_size, kind_of(drafter)
     name = list(sampling_drafters(drafter, sampler))[-1]
     label = f"{name} T={SAMPLED[0]} p={SAMPLED[1]} rejection"
-    wanted = {"plain greedy", f"{kind} greedy B={min(16, B)}", f"plain T={SAMPLED[0]} p={SAMPLED[1]}",
+    wanted = {"plain greedy", f"{kind} greedy B={min(16, B)}", f"{kind} greedy B=auto",
+              f"plain T={SAMPLED[0]} p={SAMPLED[1]}",
               f"{label} B={min(SAMPLED_B, B)}", f"{label} B=auto"}
     return [m for m in default_methods(drafter, sampler=sampler) if m.name in wanted]
 

@@ -40,7 +40,7 @@ def run_benchmark(target, drafter, prompts, methods=None, max_new_tokens=MAX_NEW
     if len({m.name for m in methods}) != len(methods):
         raise ValueError(f"method names must be unique: {[m.name for m in methods]}")
     before = torch.get_num_threads()
-    progress = warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log) if warmup else \
+    progress = warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log, repeats) if warmup else \
         (None if log is None else Progress(log, "bench"))
     acc = {m.name: new_totals(m, repeats) for m in methods}
     counter, outputs = ForwardCounter(target), [{} for _ in prompts]     # per prompt: method name -> tokens
@@ -84,7 +84,7 @@ def new_totals(m, repeats):
                 matches_plain=True if m.temperature == 0 else None)
 
 
-def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log):
+def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log, passes=1):
     """Every method once on the first prompt (first calls pay for allocation, kernel setup and any
     compiling); with `log`, a second, timed pass scaled up to an estimate of the rows' time -> a Progress,
     or None without `log`."""
@@ -98,11 +98,11 @@ def warm_up(target, drafter, prompts, methods, max_new_tokens, seed, log):
         return None
     t1 = time.perf_counter()                    # a rough scale-up of a second, warm pass: a prompt costs
     one_pass()                                  # about its new tokens
-    guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts)
+    guess = (time.perf_counter() - t1) * max_new_tokens / warm_tokens * len(prompts) * passes
     progress = Progress(log, "bench")           # its clock starts after the warm-up
-    progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens; from the "
-                 f"warm-up, expect about {duration(guess)} for the rows (the first warm-up pass took "
-                 f"{duration(t1 - t0)}, compiling included)")
+    progress.say(f"{len(methods)} rows x {len(prompts)} prompts x {max_new_tokens} new tokens, {passes} "
+                 f"pass(es); from the warm-up, expect about {duration(guess)} for the rows (the first "
+                 f"warm-up pass took {duration(t1 - t0)}, compiling included)")
     return progress
 
 

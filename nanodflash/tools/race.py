@@ -25,9 +25,10 @@ import time
 import torch
 
 from ..ext.sampled_tree import SampledDraws
-from ..ext.step_costs import costs_for
+from ..ext.step_costs import calibration, costs_for, plain_token_prices
 from ..ext.tree import tree_speculative_generate
 from ..speculative import generate
+from .cli import decode_threads, using_threads
 from .cost_model import gpu_costs
 from .measure import interleaved
 from .race_page import write_race_page
@@ -97,13 +98,7 @@ def record_race(tok, target, drafter, prompt_ids, max_new_tokens, temperature=0.
     what-if panel's starting point (per-slot rates and costs)."""
     sampling = (temperature, top_k, top_p)
     spec = lanes(drafter, temperature, block_size, tree_nodes)
-    runs, decoders = {key: [] for key, _, _ in spec}, {key: decode for key, _, decode in spec}
-
-    def run(key, r, i):
-        return marked_run(target, drafter, prompt_ids, max_new_tokens, decoders[key], sampling, seed)
-    for r, key, result, seconds in interleaved(list(runs), range(repeats + 1), run, device(target)):
-        if r:                                                   # run 0: the warm-up, not kept
-            runs[key].append((*result, seconds))
+    runs = timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats)
     out = []
     for key, label, decode in spec:
         ordered = sorted(runs[key], key=lambda run: run[-1])
@@ -133,6 +128,23 @@ def record_race(tok, target, drafter, prompt_ids, max_new_tokens, temperature=0.
                 whatif=whatif_start(drafter, out, temperature > 0))
 
 
+def timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats):
+    """{lane key: [(tokens, events, stats, seconds)] of its timed runs}: the lanes interleaved, after a
+    warm-up run each, every lane at its kind's calibrated thread count (cli.decode_threads), the count put
+    back after."""
+    threads, decoders = decode_threads(drafter), {key: decode for key, _, decode in spec}
+    runs = {key: [] for key in decoders}
+
+    def run(key, r, i):
+        torch.set_num_threads(threads["plain" if key == "plain" else "speculative"])
+        return marked_run(target, drafter, prompt_ids, max_new_tokens, decoders[key], sampling, seed)
+    with using_threads(torch.get_num_threads()):
+        for r, key, result, seconds in interleaved(list(runs), range(repeats + 1), run, device(target)):
+            if r:                                                   # run 0: the warm-up, not kept
+                runs[key].append((*result, seconds))
+    return runs
+
+
 def texts(tok, prompt_ids, lanes_):
     ids = set(prompt_ids)
     for lane in lanes_:
@@ -148,12 +160,13 @@ def fit_linear(costs):
 
 
 def whatif_start(drafter, lanes_, sampled):
-    """The what-if panel's presets: the costs block_size="auto" weighs (the run folder's table, else the
-    default), fitted to linear_costs; the path lane's own step cost in plain steps (its mean step against
-    plain decoding's mean token, both measured here) with the same growth per draft; the cost model's GPU
-    step (an 8B target and its drafter on GPU, cost_model.gpu_costs); its per-slot rates."""
-    B = drafter.block_size
-    table = costs_for(drafter, 1, sampled=sampled)
+    """The what-if panel's presets: the calibration's prices of a step in plain decoding's tokens
+    (step_costs.plain_token_prices; without a calibration, the table block_size="auto" weighs, in steps
+    without drafts), fitted to linear_costs; the path lane's own step cost in plain steps (its mean step
+    against plain decoding's mean token, both measured here) with the same growth per draft; the cost
+    model's GPU step (an 8B target and its drafter on GPU, cost_model.gpu_costs); its per-slot rates."""
+    B, entry = drafter.block_size, calibration(drafter)
+    table = plain_token_prices(entry, sampled) if entry else costs_for(drafter, 1, sampled=sampled)
     step, slot = fit_linear(table)
     plain, path = lanes_[0], lanes_[1]
     drafts = [n for n, _ in path["steps"]]

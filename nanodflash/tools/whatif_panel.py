@@ -6,7 +6,8 @@ step's cost move, computed in the page with the formulas block_size="auto" decid
     speedup(n) = E(n) / cost(n)
 
 The acceptance is one rate for every slot (a slider) or the race's own per-slot rates; the costs start from
-a preset: the table auto weighs on this machine (the run folder's costs.json, else the default), the race's
+a preset: the calibration's prices on this machine (the run folder's costs.json: a step in plain decoding's
+tokens; without one, the default table auto weighs, in steps without drafts), the race's
 own path lane (its mean step against plain decoding's mean token), or the cost model's GPU step
 (cost_model.py: an 8B target and a 5-layer drafter on an H200, from datasheet constants). The run's measured
 point is marked on the curve. Every number the panel shows is also in its element's data-value, at full
@@ -122,7 +123,7 @@ def panel_html(whatif, prefix="wi-"):
             "lane "
             "as measured.</div>\n"
             f'<div class="row"><label for="{p}preset">costs from</label><select id="{p}preset">'
-            '<option value="calibrated">the table block_size="auto" weighs here</option>'
+            '<option value="calibrated">the calibration here (a step in plain decoding\'s tokens)</option>'
             f'<option value="measured">{html.escape(measured)}</option>'
             '<option value="gpu">the cost model: Qwen3-8B and a 5-layer drafter on an H200 (bf16)</option>'
             '</select></div>\n'
