@@ -37,7 +37,7 @@ from nanodflash.store.data import check_enough, corpus_record, load_corpus, spli
 from nanodflash.store.resume import data_hash, resume_file
 from nanodflash.store.tokenizer import load_tokenizer, special_ids, train_tokenizer
 from nanodflash.tools import baselines
-from nanodflash.tools.calibrate import calibrate, run_text
+from nanodflash.tools.calibrate import MAX_THREADS, calibrate, run_text
 from nanodflash.tools.cli import decode_threads
 from nanodflash.tools.evaluate import measure_tau, slot_accuracy
 from nanodflash.train import DraftTraining, train_drafter, train_target
@@ -226,7 +226,8 @@ def calibrate_stage(args, target, drafter, sampler, tok):
         print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
         seconds = 0.0
     else:
-        entry = calibrate(target, drafter, args.calibrate_calls, text=run_text(tok, args.out))
+        entry = calibrate(target, drafter, args.calibrate_calls, text=run_text(tok, args.out),
+                          max_threads=1 if args.smoke else MAX_THREADS)     # toy models: one thread
         print(f"[calibrate] {describe(entry['key'])}: {entry['seconds']:.0f}s -> "
               f"{run_folder.write_costs(args.out, entry)}")
         seconds = entry["seconds"]

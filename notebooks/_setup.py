@@ -35,7 +35,7 @@ from nanodflash.store.data import DEFAULT_CORPUS, val_prompts
 from nanodflash.speculative import prefill
 from nanodflash.tools.repetition import pooled_repetition, repetition
 from nanodflash.sampling import Sampling
-from nanodflash.tools.cli import DECODE_THREADS
+from nanodflash.tools.cli import decode_threads
 
 ROOT = Path(__file__).resolve().parents[1]        # the repository: out/ and train_tiny.py live there
 TRAIN_THREADS = torch.get_num_threads()           # torch's own default (every core), as train_tiny.py trains
@@ -141,10 +141,10 @@ def n_params(module):
 def load_run(verbose=True, seed=0):
     """tok, target, drafter, data, OUT: the tokenizer, the target, the drafter (DFlash 2 by default; see
     drafter.kind), the generated data (data["train"], data["val"], data["prompt_len"]) and the folder."""
-    torch.set_num_threads(DECODE_THREADS)
     global CORPUS
     out = find_out()
     tok, target, drafter = nanodflash.load(out)
+    torch.set_num_threads(decode_threads(drafter)["speculative"])     # the run's calibration, else one
     data = read(str(out / "data.pt"), "generated data")
     CORPUS = run_corpus(out) or DEFAULT_CORPUS
     torch.manual_seed(seed)

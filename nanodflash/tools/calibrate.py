@@ -161,12 +161,12 @@ def fewest_fast(seconds):
     return min(n for n, s in seconds.items() if s <= fastest * (1 + SAME_SPEED))
 
 
-def choose_threads(target, drafter, n_calls=N_CALLS, log=print, text=None):
+def choose_threads(target, drafter, n_calls=N_CALLS, log=print, text=None, max_threads=MAX_THREADS):
     """Time plain greedy decoding's token and a full-block greedy speculative step at 1, 2, ... threads, all
     in one interleaved loop -> {plain: threads, speculative: threads, by_count: {threads: {plain: s,
     speculative: s}}}; the thread count is left as it was."""
     before, B = torch.get_num_threads(), drafter.block_size
-    counts = range(1, min(os.cpu_count() or 1, MAX_THREADS) + 1)
+    counts = range(1, min(os.cpu_count() or 1, max_threads) + 1)
     plain = {k: fn for k, fn in plain_calls(target, False, text).items() if k != "request"}
     calls = {**plain, "spec": step_calls(target, drafter, False, [B], text)[B]}
     try:
@@ -284,18 +284,20 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
     return costs, single
 
 
-def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None):
+def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None,
+              max_threads=MAX_THREADS):
     """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
     count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
     0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
     plain_seconds: {kind: {token, request}} (at the plain count), block_size, target (the fingerprint of the
     target timed), machine, measured, seconds}, kind "greedy" or "sampled". compiled: batch 1's steps with
     the drafter's pass compiled, under the compiled key (the batched decoder has no compiled pass). text:
-    token ids of the run's text to time on (run_text), CONTEXT of them at least."""
+    token ids of the run's text to time on (run_text), CONTEXT of them at least; max_threads: the most
+    threads tried."""
     t0, B = time.perf_counter(), drafter.block_size
     device = next(target.parameters()).device
     drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter
-    threads = choose_threads(target, drafter, n_calls, log, text)
+    threads = choose_threads(target, drafter, n_calls, log, text, max_threads)
     costs, single = step_tables(target, drafter, threads, (1,) if compiled else rows, n_calls, log, text)
     with using_threads(threads["speculative"]):
         key = cost_key(target, compiled)
