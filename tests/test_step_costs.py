@@ -22,6 +22,7 @@ from nanodflash.ext.step_costs import (
     default_costs,
     fix_costs,
     linear_costs,
+    plain_token_prices,
     predicted_speedup,
     use_table,
 )
@@ -235,3 +236,10 @@ def test_predicted_speedup_prices_each_step_by_its_block_and_plain_decoding_by_i
     spec = (3.0 + 1.6 + 1.6 + 1.0) + (3.0 + 4 * 1.2)
     assert predicted_speedup(entry, runs) == pytest.approx(plain / spec), \
         "plain: a request and a token per token after the first; speculative: a request and each step's price"
+
+
+def test_the_what_if_panel_prices_a_step_in_the_tokens_plain_decoding_emits_in_its_time():
+    plain = dict(greedy=dict(token=1.5, request=9.0), sampled=dict(token=2.0, request=9.0))
+    entry = dict(step_seconds=dict(greedy=[3.0, 4.5, 6.0], sampled=[4.0, 5.0, 6.0]), plain_seconds=plain)
+    assert plain_token_prices(entry) == [2.0, 3.0, 4.0], "greedy: each step's seconds over a plain token's"
+    assert plain_token_prices(entry, sampled=True) == [2.0, 2.5, 3.0], "sampled: over a sampled plain token"
