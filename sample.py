@@ -101,8 +101,8 @@ def check_and_time(args, target, drafter, prompt_ids, tokens, decoder, spec_kw):
                                           decoder=decoder, ties=ties, threads=threads, **spec_kw)
     except AssertionError as e:                     # a greedy speculative run differed from plain decoding
         sys.exit(f"{GREEDY_FAILED}: {e}")
-    print(f"speed ({REPEATS} runs of this prompt each, interleaved, after a warm-up; threads {threads}): "
-          f"plain {t_plain:.2f}s vs DFlash {t_spec:.2f}s -> {t_plain / t_spec:.2f}x")
+    print(f"speed ({REPEATS} runs each, interleaved, warmed up; threads: plain {threads['plain']}, DFlash "
+          f"{threads['speculative']}): plain {t_plain:.2f}s vs DFlash {t_spec:.2f}s -> {t_plain/t_spec:.2f}x")
     if args.temperature > 0:
         print("T > 0: the outputs are samples; lossless means the same distribution (checked by the tests), "
               "not the same tokens")

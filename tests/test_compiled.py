@@ -150,9 +150,11 @@ def test_compiled_auto_decides_by_the_compiled_table_and_eager_auto_by_the_eager
     target, drafter, prompts = warmed
     B = drafter.config.block_size
     dear = [1.0] + [100.0] * (B - 1)                         # in the compiled table no draft ever pays
-    entry = dict(key=cost_key(target, compiled=True), block_size=B, costs=dict(greedy={"1": dear},
-                                                                                 sampled={"1": dear}))
-    use_table(drafter, [*read_costs(str(smoke_out)), entry])
+    cheap = linear_costs(B, 1.01, 0.0)                       # in the eager one every draft does
+    entries = [dict(key=cost_key(target, compiled=compiled), block_size=B,
+                    costs=dict(greedy={"1": table}, sampled={"1": table}))
+               for compiled, table in ((False, cheap), (True, dear))]
+    use_table(drafter, entries)
     try:
         _, fast = speculative_generate(target, compile_drafter(drafter), prompts[0], 20, block_size=auto)
         _, eager = speculative_generate(target, drafter, prompts[0], 20, block_size=auto)
