@@ -8,16 +8,24 @@ process.
     python -m nanodflash.tools.bench --out out --compile     # + the DFlash rows, the drafter's pass compiled
 
 All rows run on the same prompts, interleaved (each prompt: every row, the order rotated per prompt), after a
-warm-up; progress goes to stderr (an estimate after the warm-up, then prompt k of N with the ETA). Per row:
+warm-up, in --repeats passes over the prompts, each row at the thread count the run's calibration chose for
+its kind (plain or speculative; --threads N: N for all); progress goes to stderr (an estimate after the
+warm-up, then prompt k of N with the ETA). Per row:
+    threads      torch threads it decoded with
     tau          mean acceptance length = tokens emitted by draft/verify steps / steps (plain: 1)
     fwd/token    target forward passes per generated token (a hook on target.forward), about 1/tau
-    tok/s        median over prompts of (generated tokens / wall-clock seconds)
-    speedup      tok/s over that of plain decoding at the same temperature
-    by prompt    each prompt's tok/s over plain's on it: the median [interquartile range] over prompts
+    tok/s        generated tokens / wall-clock seconds, over every prompt and pass
+    speedup      the tokens of all prompts over their seconds, against plain decoding's at the same
+                 temperature: the median of the passes [the least-the most] (the project's one speedup)
+    predicted    the headline rows': the speedup the run folder's calibration predicts from the row's own
+                 block sizes (ext/step_costs.predicted_speedup)
+    prompts IQR  the interquartile range of each prompt's own speedup (its spread over prompts)
     draft+verify a step's draft and verify time in plain steps (plain's seconds per token), from the loop
-Rows: by default bench_methods.headline_methods (plain and the drafter's own B greedy; plain and rejection
-B=4 and auto at T=0.7 top-p 0.95); with --all_rows bench_methods.default_methods (B=4/8/16/auto, prompt
-lookup, baselines and other drafters, T=1, both verifiers, sampled trees, the main and the sampling drafter).
+Rows: by default bench_methods.headline_methods (plain and the drafter's own B and auto greedy; plain and
+rejection B=4 and auto at T=0.7 top-p 0.95) and the peers (bench_peers.py: transformers' generate and the
+official dflash_generate, when installed); with --all_rows bench_methods.default_methods (B=4/8/16/auto,
+prompt lookup, baselines and other drafters, T=1, both verifiers, sampled trees, the main and the sampling
+drafter).
 After the table:
     ceiling      speedup <= tau * t_plain / (t_draft + t_verify), from in-loop costs (run_benchmark)
     step costs   one draft, one verify and one plain step timed in isolation (median of many calls), and
