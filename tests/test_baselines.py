@@ -277,6 +277,7 @@ def test_bench_gains_baseline_rows_and_the_draft_cost_curve_when_they_exist(base
         baselines.main(["--out", str(baseline_out), "--steps", "3", "--eval_prompts", "1"])
     path = tmp_path / "bench.json"
     bench.main(["--out", str(baseline_out), "--n_prompts", "1", "--max_new_tokens", "12", "--all_rows",
+               "--repeats", "1",
                 "--json", str(path)])
     out = capsys.readouterr().out
     for needed in ("ar k=3 ", "ar k=7 ", "dflash no-features B=8",

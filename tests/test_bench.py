@@ -165,13 +165,13 @@ def test_bench_cli_prints_the_table_ceiling_oracle_and_comparisons_and_writes_js
     torch.manual_seed(0)
     stand_in = Drafter(drafter.config, target).eval()     # any DFlash-style drafter stands in for the other
     path = tmp_path / "bench.json"
-    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--all_rows", "--json",
-                str(path)], extra={other: stand_in})
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--all_rows",
+                "--repeats", "2", "--json", str(path)], extra={other: stand_in})
     captured = capsys.readouterr()
     out = captured.out
     rows = len(json.loads(path.read_text())["rows"])
-    for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens, 3 pass(es); from the warm-up, expect ",
-                   "[bench] prompt 1/1 of pass 3/3, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
+    for needed in (f"[bench] {rows} rows x 1 prompts x 8 new tokens, 2 pass(es); from the warm-up, expect ",
+                   "[bench] prompt 1/1 of pass 2/2, ", " | elapsed ", " | eta 0s", "[bench] step costs: "):
         assert needed in captured.err, f"the progress lines on stderr lack {needed!r}:\n{captured.err}"
     assert "[bench]" not in out, "progress lines belong on stderr, apart from the table"
     B = min(16, drafter.config.block_size)
@@ -332,6 +332,7 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
         smoke_out, tmp_path, capsys):
     path = tmp_path / "long.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "120", "--greedy_only",
+                "--repeats", "1",
                 "--json", str(path)])
     out = capsys.readouterr().out
     rows = json.load(open(path))["rows"]
@@ -349,6 +350,7 @@ def test_bench_greedy_only_on_long_generations_reports_tau_by_position_band_and_
 def test_bench_sampled_only_runs_the_sampling_drafters_sampled_rows_and_trees(smoke_out, tmp_path, capsys):
     path = tmp_path / "sampled.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--sampled_only",
+                "--repeats", "1",
                 "--json", str(path)])
     names = [r["name"] for r in json.load(open(path))["rows"]]
     kind = bench.kind_of(nanodflash.load(str(smoke_out))[2])
@@ -364,6 +366,7 @@ def test_bench_sampled_only_runs_the_sampling_drafters_sampled_rows_and_trees(sm
 def test_every_benchmark_runs_on_third_party_prompts_when_asked(smoke_out, tmp_path, capsys):
     path = tmp_path / "third_party.json"
     bench.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--greedy_only",
+                "--repeats", "1",
                 "--prompts", "third_party", "--json", str(path)])
     assert "2 third-party prompts (numpy source)" in capsys.readouterr().out, "the header names the set"
     assert json.load(open(path))["prompts"] == "third_party", "the JSON records the prompt set"
@@ -401,7 +404,7 @@ def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name
     other = tmp_path / "recipe_b"
     other.mkdir()
     shutil.copy(smoke_out / "drafter.pt", other / "drafter.pt")       # the same drafter, as another recipe's
-    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8",
+    bench.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--repeats", "1",
                 "--drafters", str(other)])
     out = capsys.readouterr().out
     B = drafter.config.block_size
