@@ -10,7 +10,8 @@ Threads first: plain greedy decoding and a full-block speculative step are timed
 this machine's CPUs, at most MAX_THREADS), and each gets the fewest threads within SAME_SPEED of its fastest
 (verifying a block is parallel work a plain step lacks: the two may differ). Then, at the speculative count,
 the library's own code is timed as the decoders run it: batch 1's `speculative_step` (the nano core's step:
-draft n tokens in one pass, verify n+1, keep a prefix, roll both caches back) after CONTEXT tokens, greedy
+draft n tokens in one pass, verify n+1, keep a prefix, roll both caches back) after CONTEXT tokens of the
+run's own text (run_text: the drafts it keeps and the sampler's nucleus are then the decoders'), greedy
 and sampled, at each of COST_TOKENS block sizes (linear in between), put back after each call; a request
 (`speculative_generate` of one token: the caches and the prefill of a PROMPT_LEN-token prompt); plain
 decoding's token and request (`generate`, at the plain count). 2 to 32 rows: the batched decoder's whole
