@@ -77,6 +77,22 @@ def accept_path_answer(draw, before=None):
     return "\n".join(lines) + "\n"
 
 
+def multi_draft_answer(uniform="torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)",
+                       test="u[i] * q[d] < r[d]", last="sample(r, generator)"):
+    """A multi_draft_verify answer with the library's steps (a uniform per draft, each draft tested against
+    what the rejections left, the last token drawn from it), one of them written as a student might: the
+    `uniform` u, the acceptance `test`, the `last` draw (expressions)."""
+    lines = ["def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):",
+             "    r, q = target_probs, draft_probs",
+             f"    u = {uniform}",
+             "    for i, d in enumerate(draft_tokens.tolist()):",
+             f"        if {test}:",
+             "            return i, d",
+             "        r = residual_distribution(r, q)",
+             f"    return -1, int({last})"]
+    return "\n".join(lines) + "\n"
+
+
 def numpy_walk_answer(result):
     """A greedy_walk answer that walks every row at once in numpy and returns `result` (an expression of
     out, the chosen tokens per step, and lead, the leading dimensions)."""
@@ -130,16 +146,7 @@ WRONG = {
             return n, int(sample(target_probs[n]))
         """, "global random state"),
     "multi_draft_verify: the last draw, every draft rejected, from the global generator": (
-        "multi_draft_verify", """
-        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            r, q = target_probs, draft_probs
-            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if u[i] * q[d] < r[d]:
-                    return i, d
-                r = residual_distribution(r, q)
-            return -1, int(sample(r))
-        """, "global random state"),
+        "multi_draft_verify", multi_draft_answer(last="sample(r)"), "global random state"),
     "residual_distribution: a threshold on the residual mass": ("residual_distribution", """
         def residual_distribution(p, q):
             r = (p - q).clamp_min(0)
@@ -581,26 +588,12 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(sample(r, generator))
         """, "repeated drafts counted"),
-    "multi_draft_verify: one uniform for every draft": ("multi_draft_verify", """
-        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            r, q = target_probs, draft_probs
-            u = float(torch.rand(1, generator=generator, dtype=torch.float64))
-            for i, d in enumerate(draft_tokens.tolist()):
-                if u * q[d] < r[d]:
-                    return i, d
-                r = residual_distribution(r, q)
-            return -1, int(sample(r, generator))
-        """, "with a fresh uniform"),
-    "multi_draft_verify: the last residual from p, not what the rejections left": ("multi_draft_verify", """
-        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            r, q = target_probs, draft_probs
-            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if u[i] * q[d] < r[d]:
-                    return i, d
-                r = residual_distribution(r, q)
-            return -1, int(sample(residual_distribution(target_probs, q), generator))
-        """, "the emitted tokens do not follow p"),
+    "multi_draft_verify: one uniform for every draft": ("multi_draft_verify", multi_draft_answer(
+        uniform="float(torch.rand(1, generator=generator, dtype=torch.float64))", test="u * q[d] < r[d]"),
+        "with a fresh uniform"),
+    "multi_draft_verify: the last residual from p, not what the rejections left": ("multi_draft_verify",
+        multi_draft_answer(last="sample(residual_distribution(target_probs, q), generator)"),
+        "the emitted tokens do not follow p"),
     "greedy_walk: the first block's walk for every block": ("greedy_walk", """
         def greedy_walk(cand, table):
             n, K = cand.shape[-2:]

@@ -156,27 +156,28 @@ def calibration(drafter, compiled=False):
     return found[-1] if found else None
 
 
-def kind_of(sampled):
+def table_kind(sampled):
+    """"sampled" or "greedy": the name of a calibration's tables for that kind of step."""
     return "sampled" if sampled else "greedy"
 
 
 def plain_token_prices(entry, sampled=False):
     """[a batch-1 step with n drafts, in plain decoding's tokens, for n in 0..B-1], from a calibration entry:
     the price of a step against the token plain decoding would emit in its time (the what-if panel's)."""
-    token = entry["plain_seconds"][kind_of(sampled)]["token"]
-    return [s / token for s in entry["step_seconds"][kind_of(sampled)]]
+    token = entry["plain_seconds"][table_kind(sampled)]["token"]
+    return [s / token for s in entry["step_seconds"][table_kind(sampled)]]
 
 
 def predicted_seconds(entry, blocks, sampled=False):
     """The seconds of a batch-1 speculative generation whose steps had these block sizes, priced by a
     calibration `entry`: a request (the caches, the prefill, the first token) + each step's seconds."""
-    steps = entry["step_seconds"][kind_of(sampled)]
-    return entry["request_seconds"][kind_of(sampled)] + sum(steps[b - 1] for b in blocks)
+    steps = entry["step_seconds"][table_kind(sampled)]
+    return entry["request_seconds"][table_kind(sampled)] + sum(steps[b - 1] for b in blocks)
 
 
 def plain_seconds(entry, n_tokens, sampled=False):
     """The seconds of plain decoding of n_tokens, priced by a calibration `entry` (at the plain count)."""
-    plain = entry["plain_seconds"][kind_of(sampled)]
+    plain = entry["plain_seconds"][table_kind(sampled)]
     return plain["request"] + (n_tokens - 1) * plain["token"]
 
 
