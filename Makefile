@@ -3,6 +3,7 @@
 #   make test        runs the test suite on both cores (unit tests, losslessness, scripts, notebooks,
 #                    conformance with transformers + the official dflash package, which only the tests
 #                    install)
+#   make install     the student install: the package, Jupyter and the plots (notebooks and exercises)
 #   make notebooks   opens the notebooks in Jupyter (after make demo: they read out/)
 #   make course      the notebooks executed on out/'s checkpoints, as HTML handouts in out/course/
 # Each creates a local virtual environment in .venv on first use and installs the package into it, editable
@@ -30,7 +31,7 @@ UV     = $(BIN)/uv pip install --quiet --python $(BIN)/python $(foreach d,$(FIND
 unexport PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
-.PHONY: demo test notebooks course smoke clean
+.PHONY: demo test notebooks install course smoke clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv --without-pip $(VENV)
@@ -54,13 +55,19 @@ test: $(BIN)/.test-installed
 	$(BIN)/ruff check
 	$(BIN)/python -m pytest -q -n 2 tests
 
-notebooks: $(BIN)/.installed
+# The student install: the package with Jupyter and the plots, without the test extras (transformers, the
+# browser driver). Enough for the notebooks and the exercises; make notebooks then opens them.
+$(BIN)/.notebooks-installed: $(BIN)/.installed
 	$(UV) -e '.[notebooks]'
+	touch $@
+
+install: $(BIN)/.notebooks-installed
+
+notebooks: $(BIN)/.notebooks-installed
 	$(BIN)/jupyter notebook notebooks/
 
 # Handouts: every notebook executed on a run's checkpoints, as HTML in OUT/course/ (OUT=out_smoke for toys)
-course: $(BIN)/.installed
-	$(UV) -e '.[notebooks]'
+course: $(BIN)/.notebooks-installed
 	$(BIN)/python -m nanodflash.tools.course --out $(or $(OUT),out)
 
 smoke: $(BIN)/.installed
