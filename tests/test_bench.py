@@ -397,6 +397,9 @@ def test_bench_batch_samples_with_the_sampling_drafter_at_small_blocks_and_its_s
     auto = rows["2"]["dflash B=auto"]
     assert rows["2"]["plain"]["pass_ratios"] == [1.0] * runs and len(auto["pass_ratios"]) == runs, \
         f"each pass's ratio to plain: {auto}"
+    assert all(a["predicted"] > 0 for name, a in rows["2"].items() if name.startswith("dflash")), \
+        f"every batched row carries the speedup its calibration predicts from its own steps: {rows['2']}"
+    assert "measured [least-most pass] / predicted by the calibration" in out, f"the predictions:\n{out}"
 
 
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):

@@ -23,6 +23,7 @@ from nanodflash.ext.step_costs import (
     fix_costs,
     linear_costs,
     plain_token_prices,
+    predicted_batch_speedup,
     predicted_speedup,
     use_table,
 )
@@ -104,6 +105,9 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
             "batch 1's costs are its step seconds over a step without drafts: one table prices both"
         plain = entry["plain_seconds"][kind]
         assert plain["token"] > 0 and plain["request"] > 0 and entry["request_seconds"][kind] > 0, entry
+        assert set(entry["batch_step_seconds"][kind]) == {"1", "2"} and \
+            all(s > 0 for s in entry["batch_step_seconds"][kind].values()), \
+            f"{kind}: a plain batched step's seconds at every row count timed, which price a batch: {entry}"
     write_costs(tmp_path, entry)
     write_costs(tmp_path, entry)
     other = dict(entry, key=dict(entry["key"], threads=entry["key"]["threads"] + 1))
@@ -236,6 +240,20 @@ def test_predicted_speedup_prices_each_step_by_its_block_and_plain_decoding_by_i
     spec = (3.0 + 1.6 + 1.6 + 1.0) + (3.0 + 4 * 1.2)
     assert predicted_speedup(entry, runs) == pytest.approx(plain / spec), \
         "plain: a request and a token per token after the first; speculative: a request and each step's price"
+
+
+def test_a_batch_is_priced_until_its_slowest_row_is_done_at_the_rows_left_in_each_step():
+    entry = dict(batch_step_seconds=dict(greedy={"1": 1.0, "2": 1.6, "4": 2.0}),
+                 costs=dict(greedy={"1": [1.0, 2.0, 2.5], "2": [1.0, 1.5, 2.0], "4": [1.0, 3.0, 4.0]}))
+    lengths = [6, 2, 4]                           # plain: steps 1..5 at 3, 2, 2, 1, 1 rows left
+    plain_3 = 1.6 + (2.0 - 1.6) / 2               # 3 rows: between the 2 and 4 rows measured
+    plain = plain_3 + 2 * 1.6 + 2 * 1.0
+    steps = [(3, 3), (2, 2), (3, 1)]               # (block size, rows in the step)
+    spec = plain_3 * (2.0 + (4.0 - 2.0) / 2) + 1.6 * 1.5 + 1.0 * 2.5
+    assert predicted_batch_speedup(entry, [(lengths, steps)]) == pytest.approx(plain / spec), \
+        "each step at its own rows: a row that is done leaves the batch, the slowest row sets how many steps"
+    assert predicted_batch_speedup(entry, [([5, 5], [(1, 2)] * 4)]) == pytest.approx(1.0), \
+        "steps without drafts cost what plain batched steps do"
 
 
 def test_the_what_if_panel_prices_a_step_in_the_tokens_plain_decoding_emits_in_its_time():

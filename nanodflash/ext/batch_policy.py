@@ -14,25 +14,9 @@ between; one row takes batch 1's own table, so a batch of one prompt decodes as 
 """
 
 from .block_policy import PRIOR_ALPHA, AdaptiveBlockSize, best_block
+from .step_costs import COST_ROWS, costs_for_rows
 
-COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
-
-
-def costs_for_rows(rows, costs_at):
-    """[cost(n) for n in 0..B-1] at `rows` rows: costs_at(rows) where rows is measured, else linear between
-    the measured row counts around it (costs_at(r): the table at a measured r).
-
-    >>> tables = {2: [1.0, 1.5], 4: [1.0, 2.5]}
-    >>> costs_for_rows(3, tables.get)
-    [1.0, 2.0]
-    """
-    below = max(r for r in COST_ROWS if r <= rows)
-    above = min((r for r in COST_ROWS if r >= rows), default=below)
-    if below == above:
-        return costs_at(below)
-    w = (rows - below) / (above - below)
-    return [lo + w * (hi - lo) for lo, hi in zip(costs_at(below), costs_at(above))]
-
+__all__ = ["COST_ROWS", "BatchBlockSize", "costs_for_rows"]
 
 class BatchBlockSize:
     """Block sizes for one batched generation: `next_for(rows)` before a step, `update(rows, pairs)` after it,

@@ -43,7 +43,7 @@ MODES = {False: "eager", True: "compiled"}     # the key's compile mode: the dra
 DEFAULT_COSTS = {1: (1.57, 0.022), 2: (1.55, 0.027), 4: (1.53, 0.045), 8: (1.52, 0.099), 16: (1.78, 0.125),
                  32: (1.89, 0.184)}
 DEFAULT_SAMPLED = (1.62, 0.039)    # one row, sampled steps: drawing drafts from q and the rejection test
-
+COST_ROWS = (1, 2, 4, 8, 16, 32)    # row counts whose step costs are measured; past the last, the last's
 
 
 @dataclass
@@ -161,6 +161,22 @@ def table_kind(sampled):
     return "sampled" if sampled else "greedy"
 
 
+def costs_for_rows(rows, costs_at):
+    """[cost(n) for n in 0..B-1] at `rows` rows: costs_at(rows) where rows is measured, else linear between
+    the measured row counts around it (costs_at(r): the table at a measured r).
+
+    >>> tables = {2: [1.0, 1.5], 4: [1.0, 2.5]}
+    >>> costs_for_rows(3, tables.get)
+    [1.0, 2.0]
+    """
+    below = max(r for r in COST_ROWS if r <= rows)
+    above = min((r for r in COST_ROWS if r >= rows), default=below)
+    if below == above:
+        return costs_at(below)
+    w = (rows - below) / (above - below)
+    return [lo + w * (hi - lo) for lo, hi in zip(costs_at(below), costs_at(above))]
+
+
 def plain_token_prices(entry, sampled=False):
     """[a batch-1 step with n drafts, in plain decoding's tokens, for n in 0..B-1], from a calibration entry:
     the price of a step against the token plain decoding would emit in its time (the what-if panel's)."""
@@ -193,3 +209,33 @@ def predicted_speedup(entry, runs, sampled=False):
     """
     plain = sum(plain_seconds(entry, n, sampled) for n, _ in runs)
     return plain / sum(predicted_seconds(entry, blocks, sampled) for _, blocks in runs)
+
+
+def batch_step_seconds(entry, rows, n_drafts, sampled=False):
+    """The seconds of one batched step of `rows` rows with n_drafts drafts per row (0: a plain batched step),
+    priced by a calibration `entry`: a plain batched step of those rows times the table's cost(n_drafts),
+    both linear between the measured row counts (costs_for_rows)."""
+    kind = table_kind(sampled)
+    plain = costs_for_rows(rows, lambda r: [entry["batch_step_seconds"][kind][str(r)]])[0]
+    return plain * costs_for_rows(rows, lambda r: entry["costs"][kind][str(r)])[n_drafts]
+
+
+def predicted_batch_speedup(entry, batches, sampled=False):
+    """The speedup the calibration predicts for batched generations over plain batched decoding of the same
+    prompts. batches: [(plain's row lengths, [(block size, rows in the step) for each speculative step])].
+    A batch steps until its slowest row is done; a row that is done leaves it, so each step is priced at the
+    rows still in it: plain decoding's k-th step at the rows longer than k tokens (its first token comes
+    from the prefill), a speculative step at its own block and rows. The prefills, the same prompts on both
+    sides, are left out.
+
+    >>> entry = dict(batch_step_seconds=dict(greedy={"1": 1.0, "2": 1.5}),
+    ...              costs=dict(greedy={"1": [1.0, 2.0], "2": [1.0, 3.0]}))
+    >>> predicted_batch_speedup(entry, [([5, 3], [(2, 2), (2, 1)])])   # (2 x 1.5 + 2 x 1.0) / (4.5 + 2.0)
+    0.7692307692307693
+    """
+    plain = spec = 0.0
+    for lengths, steps in batches:
+        plain += sum(batch_step_seconds(entry, sum(n > k for n in lengths), 0, sampled)
+                     for k in range(1, max(lengths)))
+        spec += sum(batch_step_seconds(entry, rows, block - 1, sampled) for block, rows in steps)
+    return plain / spec

@@ -27,6 +27,7 @@ import torch
 
 from ..ext.batch import batch_costs, generate_batch, speculative_generate_batch
 from ..ext.batch_policy import COST_ROWS
+from ..ext.step_costs import calibration, predicted_batch_speedup
 from ..speculative import speculative_generate
 from ..store.checkpoint import load
 from ..store.run_folder import drafter_path, run_corpus
@@ -61,13 +62,14 @@ def batch1_methods(drafter, sampling):
     return [(f"batch-1 loop B={b}", run(b)) for b in (first, "auto")]
 
 
-def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED):
-    """{method name: dict(tokens, seconds, tau, repetition, matches_plain, pass_ratios)} over the prompts in
-    batches of R, interleaved, in enough passes over the batches that each method is timed MIN_RUNS times;
-    `repetition`: of the method's outputs, the text its τ was measured on (repetition.py); pass_ratios: its
-    tokens/s over plain's in each pass. sampling: dict(temperature, top_p) to sample (the j-th batch run
-    draws from a generator seeded seed + j, the same for every method; matches_plain is then None), None for
-    greedy."""
+def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED, entry=None):
+    """{method name: dict(tokens, seconds, tau, repetition, matches_plain, pass_ratios, predicted)} over the
+    prompts in batches of R, interleaved, in enough passes over the batches that each method is timed
+    MIN_RUNS times; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py);
+    pass_ratios: its tokens/s over plain's in each pass; predicted: the speedup over plain the calibration
+    `entry` predicts from the method's own steps (None without an entry, and for the batch-1 loop).
+    sampling: dict(temperature, top_p) to sample (the j-th batch run draws from a generator seeded seed + j,
+    the same for every method; matches_plain is then None), None for greedy."""
     sampling = sampling or {}
     ms = methods(drafter, sampling) + (batch1_methods(drafter, sampling) if R == 1 else [])
     device = next(target.parameters()).device
@@ -80,7 +82,7 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
     for _, fn in ms:                                               # warm-up: allocation, first-call costs
         fn(target, drafter, chunks[0], 8, generator(0))
     acc = {name: dict(steps=0, emitted=0, outs=[], matches_plain=True, pass_seconds=[0.0] * passes,
-                      pass_tokens=[0] * passes) for name, _ in ms}
+                      pass_tokens=[0] * passes, priced={}) for name, _ in ms}
     outputs = [{} for _ in chunks * passes]                        # per batch run: method -> rows' tokens
 
     def run(method, chunk, j):
@@ -91,6 +93,7 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
         a["pass_seconds"][j // len(chunks)] += dt
         a["pass_tokens"][j // len(chunks)] += sum(map(len, out))
         if stats is not None:
+            a["priced"][j] = list(zip(stats.block_sizes, stats.batch_rows))      # each step: (block, rows)
             a["steps"] += sum(len(s.acceptance_lengths) for s in stats.rows)
             a["emitted"] += sum(sum(s.acceptance_lengths) for s in stats.rows)
         outputs[j][name] = out
@@ -101,6 +104,16 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
     if sampling:                                   # sampled outputs differ from plain's by design
         for a in acc.values():
             a["matches_plain"] = None
+    plain_lengths = {j: [len(row) for row in outs["plain"]] for j, outs in enumerate(outputs)}
+    for a in acc.values():
+        priced = [(plain_lengths[j], steps) for j, steps in a.pop("priced").items()]
+        a["predicted"] = predicted_batch_speedup(entry, priced, bool(sampling)) if entry and priced else None
+    return summarised(acc)
+
+
+def summarised(acc):
+    """Each method's pooled figures from its per-pass sums: tokens, seconds, tokens/s, pass_ratios (to plain
+    in the same pass), τ and the repetition of its text."""
     plain_rates = [t / s for t, s in zip(acc["plain"]["pass_tokens"], acc["plain"]["pass_seconds"])]
     for a in acc.values():
         tokens, seconds = a.pop("pass_tokens"), a.pop("pass_seconds")
@@ -206,6 +219,28 @@ def print_where_it_pays(result, batch_sizes, greedy):
               f"{'NO: ' + str(bad) if bad else 'yes'}")
 
 
+def print_predictions(result, batch_sizes):
+    """Each batched method's speedup over plain batched decoding beside the one the calibration predicts
+    from the method's own steps (step_costs.predicted_batch_speedup: a batch priced until its slowest row is
+    done)."""
+    spec = [n for n in next(iter(result.values())) if n.startswith("dflash")]
+    if all(result[R][n]["predicted"] is None for R in batch_sizes for n in spec):
+        print("\nno predictions: the run folder's calibration has no batched step seconds "
+              "(python -m nanodflash.tools.calibrate --out DIR)")
+        return
+    print("\nspeedup over plain batched decoding, measured [least-most pass] / predicted by the calibration:")
+    print(f"{'method':<16}" + "".join(f"{'batch ' + str(R):>26}" for R in batch_sizes))
+    for name in spec:
+        cells = []
+        for R in batch_sizes:
+            a = result[R][name]
+            measured = a["tokens_per_s"] / result[R]["plain"]["tokens_per_s"]
+            spread = f"[{min(a['pass_ratios']):.2f}-{max(a['pass_ratios']):.2f}]"
+            predicted = "-" if a["predicted"] is None else f"{a['predicted']:.2f}x"
+            cells.append(f"{measured:.2f}x {spread} / {predicted}")
+        print(f"{name:<16}" + "".join(f"{c:>26}" for c in cells))
+
+
 def main(argv=None):
     args = parse_args(argv)
     sampling = dict(temperature=args.temperature, top_p=args.top_p) if args.temperature > 0 else None
@@ -218,14 +253,17 @@ def main(argv=None):
           f"B={drafter.block_size}) | {len(prompts)} {which} x {PROMPT_LEN} tokens, "
           f"{args.max_new_tokens} new tokens, {describe_sampling(sampling)} | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
+    entry = calibration(drafter)
+    entry = entry if entry and "batch_step_seconds" in entry else None    # none: calibrated before batches
     if not args.costs_only:
         t0 = time.perf_counter()
         for R in args.batch:
             result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens, sampling,
-                                                args.seed)
+                                                args.seed, entry)
             print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
         print_table(result["batch"], args.batch)
         print_where_it_pays(result["batch"], args.batch, greedy=sampling is None)
+        print_predictions(result["batch"], args.batch)
     tables = cost_tables(target, drafter, sampled=sampling is not None)
     print("\n" + format_costs(tables, "greedy" if sampling is None else "sampled"))
     result.update(step_costs=tables)

@@ -229,13 +229,14 @@ def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
 
 
 @torch.no_grad()
-def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
+def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False, sizes=COST_TOKENS):
     """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step
     (PlainBatch.plain_step: what plain batched decoding pays per token), at the other COST_TOKENS sizes up to
     the drafter's block size a batched speculative step as the loop runs it (SpecBatch.step: draft t-1
     tokens per row, verify t per row, emit, project into the drafter's context), each put back after it is
     timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's.
-    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
+    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does); sizes: the
+    block sizes timed (none: the plain batched step alone)."""
     B = drafter.block_size
     n = min(CONTEXT, target.config.max_seq_len - 3 * B)
     context = [i % target.config.vocab_size for i in range(n)]
@@ -258,7 +259,7 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
     T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
     plain = PlainBatch(target, prompts, 2 * B, temperature=T, generator=g)
     steps = {1: timed_step(plain, plain.plain_step)}
-    for t in COST_TOKENS:
+    for t in sizes:
         if 1 < t <= B:
             spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t, temperature=T, generator=g)
             steps[t] = timed_step(spec, spec.step)
@@ -281,19 +282,23 @@ def processor():
 
 def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text=None):
     """Greedy and sampled, at the `threads` {plain, speculative} -> (costs {kind: {rows: [cost(n) for n in
-    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps))."""
+    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps), a plain batched step's
+    seconds {kind: {rows: s}}, which prices a batch)."""
     B = drafter.block_size
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
+    plain = {kind: {} for kind in costs}
     with using_threads(threads["speculative"]):
         for R in rows:
             for kind in costs:
+                seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled",
+                                           COST_TOKENS if R > 1 else ())
+                plain[kind][str(R)] = seconds[1]
                 if R > 1:
-                    seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled")
                     costs[kind][str(R)] = relative_costs(seconds, B)
                 log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per "
                     f"row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
-    return costs, single
+    return costs, single, plain
 
 
 def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None,
@@ -301,7 +306,8 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
     count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
     0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
-    plain_seconds: {kind: {token, request}} (at the plain count), block_size, target (the fingerprint of the
+    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows: a plain
+    batched step's seconds}} (at the speculative count), block_size, target (the fingerprint of the
     target timed), machine, measured, seconds}, kind "greedy" or "sampled". compiled: batch 1's steps with
     the drafter's pass compiled, under the compiled key (the batched decoder has no compiled pass). text:
     token ids of the run's text to time on (run_text), CONTEXT of them at least; max_threads: the most
@@ -310,14 +316,16 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     device = next(target.parameters()).device
     drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter
     threads = choose_threads(target, drafter, n_calls, log, text, max_threads)
-    costs, single = step_tables(target, drafter, threads, (1,) if compiled else rows, n_calls, log, text)
+    costs, single, batch = step_tables(target, drafter, threads, (1,) if compiled else rows, n_calls, log,
+                                       text)
     with using_threads(threads["speculative"]):
         key = cost_key(target, compiled)
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
     return dict(key=key, block_size=B, threads=threads, costs=costs,
                 step_seconds={k: t["steps"] for k, t in single.items()},
                 request_seconds={k: t["request"] for k, t in single.items()},
-                plain_seconds={k: t["plain"] for k, t in single.items()}, target=fingerprint(target),
+                plain_seconds={k: t["plain"] for k, t in single.items()}, batch_step_seconds=batch,
+                target=fingerprint(target),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
 
