@@ -48,8 +48,14 @@ def test_the_page_steps_through_every_step_and_shows_what_the_run_did(smoke_out,
                 green = [d.text.split("]")[0].strip(" [") for d in nodes
                          if "kept" in d.get_attribute("class")]
                 assert [int(x) for x in green] == s["path"], f"step {k}: another path is highlighted"
+                if "target_tokens" in s:
+                    why = by_id("block").find_element("css selector", "div.why").text
+                    assert "never compared" in why, f"step {k}: the tree does not say what grey means: {why}"
             elif s["drafts"]:
-                rows = by_id("block").find_elements("css selector", "tr")[2:]
+                rows = by_id("block").find_elements("css selector", "tr.kept, tr.rejected, tr.unseen")
+                whys = by_id("block").find_elements("css selector", "tr.why")
+                unseen = len(s["drafts"]) - s["accepted"] - 1
+                assert len(whys) == (unseen > 0), f"step {k}: {unseen} grey rows, {len(whys)} explanations"
                 cells = [r.find_elements("css selector", "td")[1].get_attribute("textContent") for r in rows]
                 assert cells == [show(d) for d in s["drafts"]], f"step {k}: the drafts shown are others"
                 verdicts = [r.get_attribute("class") for r in rows]
@@ -82,5 +88,32 @@ def test_the_page_shows_a_tiny_probability_as_a_tiny_number_and_only_an_exact_ze
         assert cells == shown, f"p(d), q(d), u as the page shows them: {cells}"
         sentence = driver.find_element("id", "nanodflash-sentence").text
         assert "u = 0.90 ≥ p/q = 0;" in sentence, sentence
+    finally:
+        driver.quit()
+
+
+def test_grey_rows_after_a_rejected_draft_say_they_were_not_checked_and_why(tmp_path):
+    # One greedy step, made by hand: draft 1 kept, draft 2 rejected, drafts 3 and 4 never compared
+    step = dict(anchor=1, block_size=5, drafts=[2, 3, 4, 5], accepted=1, accepted_tokens=[2], bonus=6,
+                target_cache=[2, 4], draft_cache=[2, 4], draft_s=0.001, verify_s=0.002,
+                target_tokens=[2, 6, 1, 0, 3])
+    settings = dict(temperature=0.0, top_k=None, top_p=None, verifier="greedy", drafter="dflash")
+    trace = dict(settings=settings, prompt=[0], output=[1, 2, 6], steps=[step],
+                 tokens={str(i): "abcdefg"[i] for i in range(7)}, run=dict(tau=2.0, repetition=0.0))
+    page = write_page(trace, tmp_path / "grey.html")
+    driver = browser()
+    try:
+        driver.get(page.as_uri())
+        rows = driver.find_element("id", "nanodflash-block").find_elements("css selector", "tr")[2:]
+        kinds = [r.get_attribute("class") for r in rows]
+        assert kinds == ["kept", "rejected", "why", "unseen", "unseen"], \
+            f"the explanation is not the row between the rejected draft and the grey ones: {kinds}"
+        why = rows[2].text
+        for words in ("Not checked", "verify pass computed the target's token at every slot",
+                      "after the rejected draft", "never compared"):
+            assert words in why, f"the explanation beside the grey rows does not say {words!r}: {why}"
+        assert rows[2].is_displayed(), "the explanation is not shown"
+        legend = driver.find_element("css selector", ".settings").text
+        assert "not checked (after a rejected draft)" in legend, f"the legend leaves grey out: {legend}"
     finally:
         driver.quit()

@@ -29,6 +29,8 @@ CSS = """
 .ndf td, .ndf th { border: 1px solid #ccc; padding: 3px 8px; font-family: ui-monospace, monospace; }
 .ndf .kept { background: #c8f0c8; } .ndf .rejected { background: #ffc9c9; } .ndf .unseen { color: #aaa; }
 .ndf .chosen { font-weight: bold; text-decoration: underline; }
+.ndf .why td { font-family: system-ui, sans-serif; color: #555; background: #f4f4f4; white-space: normal; }
+.ndf div.why { color: #555; margin: 4px 0; }
 .ndf .figures { display: flex; gap: 24px; flex-wrap: wrap; font-size: 18px; }
 .ndf .tree div { font-family: ui-monospace, monospace; }
 """
@@ -86,6 +88,17 @@ SCRIPT = r"""
     return html;
   }
 
+  // why the grey rows (slots after the first rejected draft) say "not checked", in plain words
+  function notChecked(s, columns) {
+    const rule = data.settings.verifier;
+    const what = rule === "rejection" ? "p(d) of every slot" : rule === "match" ?
+      "the target's draw at every slot" : "the target's token at every slot";
+    return "<tr class='why'><td colspan=" + columns + ">↓ Not checked (grey): the one verify pass computed " +
+      what + ", but the slots below come after the rejected draft, in a text that is thrown away. The step " +
+      "stops at its first rejection, so they are never compared" +
+      (s.bonus === null ? "." : "; the next step drafts again from the bonus.") + "</td></tr>";
+  }
+
   function blockTable(s) {
     const n = s.drafts.length, rows = [];
     const head = ["slot", "draft", "verdict"];
@@ -108,6 +121,7 @@ SCRIPT = r"""
         (c[0] === s.drafts[i] ? "chosen" : "") + '">' + visible(show(c[0])) + " (" + c[1] + ")</span>")
         .join("  ") + "</td>";
       rows.push(r + "</tr>");
+      if (v === "rejected" && i + 1 < n) rows.push(notChecked(s, head.length));
     }
     return "<table>" + rows.join("") + "</table>";
   }
@@ -126,7 +140,10 @@ SCRIPT = r"""
       (children[node] || []).forEach((c) => walk(c, depth + 1));
     };
     walk(0, 0);
-    return '<div class="tree">' + lines.join("") + "</div>";
+    const why = !s.target_tokens ? "" : '<div class="why">Grey: the target\'s next token after each node, ' +
+      "all from the one verify pass. The step walks down from the anchor, keeping a child whose token " +
+      "equals its parent's grey one; grey tokens off that path are never compared (not checked).</div>";
+    return '<div class="tree">' + lines.join("") + "</div>" + why;
   }
 
   function render() {
@@ -205,7 +222,8 @@ def viewer_html(trace, prefix="ndf-"):
             f'<div class="settings">{header(trace)}. Colours: <span class="tok prompt">prompt'
             '</span> <span class="tok draft">accepted draft</span> <span class="tok target">target token '
             '(prefill, bonus)</span> <span class="tok anchor">the newest token</span>, '
-            '<span class="new">this step\'s tokens</span>; · is a space, ↵ a newline. Arrow keys step; a '
+            '<span class="new">this step\'s tokens</span>, <span class="unseen">not checked (after a '
+            'rejected draft)</span>; · is a space, ↵ a newline. Arrow keys step; a '
             'tree lists each node under its parent, the accepted path in green.</div>\n'
             f'<div class="controls"><button id="{p}prev">PREV</button><button id="{p}next">NEXT</button>'
             f'<button id="{p}play">play</button><input type="range" id="{p}slider" min="0" value="0">'
