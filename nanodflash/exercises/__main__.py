@@ -43,7 +43,7 @@ def check(name, path, first=False):
     level, why = which_hint(*next((claim, m) for claim, m in results if m is not None))
     command = f": python -m nanodflash.exercises hint {name} {level}" if level else ""
     print(f"The first failure: {why}{command}.\nHints, one level at a time: python -m nanodflash.exercises "
-          f"hint {name} 1 (the idea), 2 (the steps), 3 (nearly the code)")
+          f"hint {name} 1 (the idea), 2 (the steps), 3 (the code)")
     return 1
 
 
@@ -59,7 +59,7 @@ def main(argv=None):
     c.add_argument("file")
     c.add_argument("--first", action="store_true", help="stop at the first claim that fails (quicker "
                    "feedback while you work; without it every claim runs)")
-    h = sub.add_parser("hint", help="a hint for NAME: LEVEL 1 the idea, 2 the steps, 3 nearly the code")
+    h = sub.add_parser("hint", help="a hint for NAME: LEVEL 1 the idea, 2 the steps, 3 the code")
     h.add_argument("name", choices=list(BY_NAME), metavar="NAME")
     h.add_argument("level", type=int, choices=(1, 2, 3), metavar="LEVEL")
     args = p.parse_args(argv)
@@ -68,7 +68,10 @@ def main(argv=None):
         list_exercises()
         return 0
     if args.command == "hint":
-        print(f"{args.name}, hint {args.level} of 3: {hint(BY_NAME[args.name], args.level)}")
+        text = hint(BY_NAME[args.name], args.level)
+        if args.level == 3:                   # the code on lines of its own, to paste as it stands
+            text = f"the code, to put in place of `raise NotImplementedError` in your file:\n\n{text}"
+        print(f"{args.name}, hint {args.level} of 3: {text}", end="" if text.endswith("\n") else "\n")
         return 0
     if args.command == "start":
         start(args.name, args.file or f"{args.name}.py")

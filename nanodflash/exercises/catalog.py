@@ -157,6 +157,6 @@ def skeleton(exercise):
               f'Check it with: python -m nanodflash.exercises check {exercise.name} THIS_FILE\n"""\n')
     signature = f"def {exercise.name}{inspect.signature(fn)}:"
     todo = (f"    # TODO: write it. Stuck? python -m nanodflash.exercises hint {exercise.name} 1 (the "
-            f"idea),\n    # then 2 (the steps), then 3 (nearly the code)\n")
+            f"idea),\n    # then 2 (the steps), then 3 (the code)\n")
     return (f'{header}\n{exercise.imports}\n\n\n{signature}\n    """\n{body}\n    """\n{todo}'
             f'    raise NotImplementedError\n')

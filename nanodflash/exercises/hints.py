@@ -1,8 +1,10 @@
 """What a student gets besides the claims: each exercise's contract (the skeleton's docstring: what goes in,
 what comes out, what it guarantees and why the library needs it, never how) and three hints, asked for one
 at a time (`python -m nanodflash.exercises hint NAME LEVEL`): 1 the idea, 2 the steps (the catalog's
-`todo`), 3 nearly the code.
+`todo`), 3 the code: the function's body, which passes every claim as written.
 """
+
+import textwrap
 
 CONTRACTS = {
     "greedy_verify": """
@@ -75,75 +77,175 @@ CONTRACTS = {
     accepted draft more likely (this is what a sampled tree does at each node).""",
 }
 
-HINTS = {   # name: (1 the idea, 3 nearly the code); 2, the steps, is the catalog's `todo`
-    "greedy_verify": (
+IDEAS = {   # hint 1, the idea (hint 2, the steps, is the catalog's `todo`; hint 3, the code, is CODE)
+    "greedy_verify":
         "Greedy decoding would have produced the target's argmax at every position. A draft survives only if"
-        ' it is that argmax, and so do all the drafts before it.',
-        'best = target_logits.argmax(-1); n = 0; while n < len(drafts) and drafts[n] == best[n]: n += 1; '
-        'return n, int(best[n])'),
-    "match_verify": (
-        'Let the target sample its own token at every position; a draft is worth keeping only where the '
+        " it is that argmax, and so do all the drafts before it.",
+    "match_verify":
+        "Let the target sample its own token at every position; a draft is worth keeping only where the "
         "target's sample agrees with it. The first disagreement is the target's own sample, so keep it.",
-        'y = sample(target_probs, generator).tolist(); for i, d in enumerate(drafts.tolist()): if d != y[i]: '
-        'return i, y[i]; return n, y[n]  (Python ints, not tensors)'),
-    "rejection_verify": (
-        'Accept a draft with probability min(1, p/q): where q over-proposes a token, some of its draws are '
-        'thrown away; the mass thrown away is redrawn from where p exceeds q.',
-        'u = torch.rand(n, generator=generator, dtype=torch.float64); for i, d in enumerate(drafts.tolist()):'
-        ' if not u[i] < p[i, d] / q[i, d]: return i, int(sample(residual_distribution(p[i], q[i]), '
-        'generator)); return n, int(sample(p[n], generator))'),
-    "residual_distribution": (
-        'After rejection, the tokens accepted so far follow min(p, q); what is missing to make p is p - '
-        'min(p, q) = max(0, p - q), normalised.',
-        'r = (p - q).clamp_min(0); s = r.sum(-1, keepdim=True); return torch.where(s > 0, r / s, p)'),
-    "probs_from_logits": (
+    "rejection_verify":
+        "Accept a draft with probability min(1, p/q): where q over-proposes a token, some of its draws are "
+        "thrown away; the mass thrown away is redrawn from where p exceeds q.",
+    "residual_distribution":
+        "After rejection, the tokens accepted so far follow min(p, q); what is missing to make p is p - "
+        "min(p, q) = max(0, p - q), normalised.",
+    "probs_from_logits":
         "Plain sampling's distribution, in the order the library applies things: temperature first, then the"
-        ' two truncations, then renormalise. T = 0 is the argmax.',
-        'z = logits.double() / T; z[z < kth largest] = -inf; p = softmax(z); sort p descending; keep where '
-        'cumsum - p < top_p; scatter back; p / p.sum(-1, keepdim=True)'),
-    "training_mask": (
+        " two truncations, then renormalise. T = 0 is the argmax.",
+    "training_mask":
         "Two questions per (query, key): for a context key, is it before this block's anchor? For a block "
         "key, is it in this query's own block?",
-        'ctx = arange(S) < anchors.repeat_interleave(B, 1)[..., None]; blk = (arange(K*B)//B)[:, None] == '
-        '(arange(K*B)//B)[None]; cat([ctx, blk.expand(N, -1, -1)], -1)'),
-    "loss_decay_weights": (
-        'An exponential decay along the block, starting at 1 for the first drafted slot; the anchor is never'
-        ' drafted, so it weighs nothing.',
-        'k = arange(B); w = exp(-(k - 1) / gamma); w[0] = 0'),
-    "tree_mask": (
+    "loss_decay_weights":
+        "An exponential decay along the block, starting at 1 for the first drafted slot; the anchor is never"
+        " drafted, so it weighs nothing.",
+    "tree_mask":
         "A node's branch is the node and its ancestors; the mask is each node's branch, and a node's branch "
         "is its parent's plus itself.",
-        'm = eye(N + 1, dtype=bool); for i in 1..N: m[i] |= m[parent[i]]'),
-    "accept_path": (
-        'The target picks a token at each node; follow it down the tree as long as some child drafted '
+    "accept_path":
+        "The target picks a token at each node; follow it down the tree as long as some child drafted "
         "exactly that token. Where none did, the target's token is the bonus.",
-        'node, path = 0, [0]; loop: y = int(argmax(logits[node])) or int(sample(probs_from_logits('
-        'logits[node], temperature, top_k, top_p), generator)); if y not in tree.children[node]: return '
-        'path, y; node = tree.children[node][y]; path.append(node)  (y an int: children are keyed by ints)'),
-    "keep_path": (
+    "keep_path":
         "The kept nodes' keys and values are in the cache already, only at the wrong positions; move them to"
-        ' consecutive positions after start and forget the rest.',
-        'idx = tensor([start + i for i in path]); cache.k[..., start:start + len(path), :] = cache.k[..., '
-        'idx, :] (the same for v); cache.crop(start + len(path))'),
-    "greedy_walk": (
+        " consecutive positions after start and forget the rest.",
+    "greedy_walk":
         "A walk through a table: each slot's choice is a row index for the next slot's lookup.",
-        'i = 0; out = []; for t in range(n): j = int(table[t][i].argmax()); out.append(int(cand[t][j])); '
-        'i = j; return torch.tensor(out)  (R blocks: this walk for each row, then torch.stack)'),
-    "multi_draft_verify": (
-        'Test the drafts one after another, each against what the rejections so far left of p: the residual '
+    "multi_draft_verify":
+        "Test the drafts one after another, each against what the rejections so far left of p: the residual "
         "plays p's role for the next draft.",
-        'r = p; u = torch.rand(k, generator=generator, dtype=torch.float64); for i, d in enumerate('
-        'drafts.tolist()): if u[i] * q[d] < r[d]: return i, d; r = residual_distribution(r, q); '
-        'return -1, int(sample(r, generator))'),
+}
+
+# Hint 3: the function's body, which passes every claim as written: it goes in place of the skeleton's
+# `raise NotImplementedError`, under the skeleton's imports. Each sampled rule draws every random number from
+# the generator it is given, as its claims check.
+CODE = {
+    "greedy_verify": """
+        if draft_tokens.dim() == 2:                  # R blocks at once: each row verified on its own
+            rows = [greedy_verify(drafts, logits) for drafts, logits in zip(draft_tokens, target_logits)]
+            return torch.tensor([n for n, _ in rows]), torch.tensor([token for _, token in rows])
+        best = target_logits.argmax(-1).tolist()     # greedy decoding's token at each position
+        n = 0
+        for d in draft_tokens.tolist():              # a padding -1 equals no token, so it stops the count
+            if d != best[n]:
+                break
+            n += 1
+        return n, best[n]                            # best[n]: the target's token after the n kept drafts
+        """,
+    "match_verify": """
+        y = sample(target_probs, generator).tolist()   # the target's own draw at each of the n + 1 positions
+        n = 0
+        for d in draft_tokens.tolist():
+            if d != y[n]:
+                break
+            n += 1
+        return n, y[n]                                 # the target's draw where the first draft differed
+        """,
+    "rejection_verify": """
+        n = draft_tokens.numel()
+        u = torch.rand(n, generator=generator, dtype=torch.float64)      # one uniform per draft
+        for i, d in enumerate(draft_tokens.tolist()):
+            if not u[i] < target_probs[i, d] / draft_probs[i, d]:      # kept with probability min(1, p/q)
+                residual = residual_distribution(target_probs[i], draft_probs[i])
+                return i, int(sample(residual, generator))            # rejected: redraw where p exceeds q
+        return n, int(sample(target_probs[n], generator))            # all kept: the bonus from the last row
+        """,
+    "residual_distribution": """
+        r = (p - q).clamp_min(0)                     # what p has beyond q, token by token
+        total = r.sum(-1, keepdim=True)
+        return torch.where(total > 0, r / total, p)  # a row with nothing left (p == q) is p's own
+        """,
+    "probs_from_logits": """
+        logits = logits.double()            # float64; each step below makes a new tensor: the caller's stay
+        if temperature == 0:                # greedy: one-hot on the argmax (a tie: the lower id)
+            return torch.nn.functional.one_hot(logits.argmax(-1), logits.size(-1)).double()
+        logits = logits / temperature
+        if top_k is not None and top_k < logits.size(-1):
+            kth = logits.topk(top_k, dim=-1).values[..., -1:]               # each row's k-th largest logit
+            logits = logits.masked_fill(logits < kth, float("-inf"))      # a tie with it stays in
+        probs = torch.softmax(logits, dim=-1)       # subtracts each row's largest logit: no overflow
+        if top_p is not None and top_p < 1:
+            ranked, order = probs.sort(dim=-1, descending=True, stable=True)   # a tie: the lower id first
+            before = ranked.cumsum(-1) - ranked                                # the mass ranked before each
+            keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+            probs = probs * keep
+            probs = probs / probs.sum(-1, keepdim=True)
+        return probs
+        """,
+    "training_mask": """
+        N, K = anchors.shape
+        B, device = block_size, anchors.device
+        block_of = torch.arange(K * B, device=device) // B     # the block of each query, and of each slot key
+        query_anchor = anchors[:, block_of]                      # (N, K*B): the anchor of each query's block
+        sees_context = torch.arange(seq_len, device=device) < query_anchor[:, :, None]    # (N, K*B, S)
+        sees_slot = block_of[:, None] == block_of[None, :]      # (K*B, K*B): the same block
+        return torch.cat([sees_context, sees_slot.expand(N, -1, -1)], dim=-1)
+        """,
+    "loss_decay_weights": """
+        if gamma is None:                            # the paper's decay length for its block sizes
+            gamma = {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+        k = torch.arange(block_size, dtype=torch.float32)
+        w = torch.exp(-(k - 1) / gamma)              # 1 at slot 1, a factor e lower every gamma slots
+        w[0] = 0.0                                   # slot 0 is the anchor: known, never drafted
+        return w
+        """,
+    "tree_mask": """
+        n = len(parent)
+        mask = torch.eye(n, dtype=torch.bool)        # every node sees itself
+        for i in range(1, n):                        # a parent comes first, so its row is complete already
+            mask[i] |= mask[parent[i]]               # and everything its parent sees
+        return mask
+        """,
+    "accept_path": """
+        node, path = 0, [0]
+        while True:
+            if temperature == 0:
+                y = int(logits[node].argmax())                     # greedy: the target's argmax here
+            else:                                                  # sampled: one draw from the target's p
+                p = probs_from_logits(logits[node], temperature, top_k, top_p)
+                y = int(sample(p, generator))
+            child = tree.children[node].get(y)                     # children are keyed by int tokens
+            if child is None:
+                return path, y                                     # no child drafted y: y is the bonus
+            node = child
+            path.append(node)
+        """,
+    "keep_path": """
+        # The path's i-th node moves from start + node to start + i. A node's index is at least its depth i
+        # on the path, so moving in path order never overwrites a node still to be moved.
+        for i, node in enumerate(path):
+            cache.k[:, :, :, start + i] = cache.k[:, :, :, start + node]   # (L, 1, H, hd) at that position
+            cache.v[:, :, :, start + i] = cache.v[:, :, :, start + node]
+        cache.crop(start + len(path))                                      # forget everything after them
+        """,
+    "greedy_walk": """
+        if cand.dim() == 3:                          # R blocks at once: each row walked on its own
+            return torch.stack([greedy_walk(c, t) for c, t in zip(cand, table)])
+        chosen, i = [], 0                            # i: the row of the table to read (0: after the anchor)
+        for t in range(cand.size(0)):
+            i = int(table[t, i].argmax())            # the best candidate after the one chosen at slot t - 1
+            chosen.append(int(cand[t, i]))
+        return torch.tensor(chosen, dtype=torch.long)
+        """,
+    "multi_draft_verify": """
+        r, q = target_probs, draft_probs             # r: what the rejections so far left of p
+        u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)   # one per draft
+        for i, d in enumerate(draft_tokens.tolist()):
+            if u[i] < r[d] / q[d]:                   # kept with probability min(1, r(d) / q(d))
+                return i, d
+            r = residual_distribution(r, q)          # rejected (a repeat too): the next test is against this
+        return -1, int(sample(r, generator))         # every draft rejected: draw from what is left
+        """,
 }
 
 
 def hint(exercise, level):
-    """Hint `level` (1-3) for `exercise` (a catalog.Exercise)."""
+    """Hint `level` (1-3) for `exercise` (a catalog.Exercise); hint 3 is the body's lines, indented to paste
+    in place of the skeleton's `raise NotImplementedError`."""
     if level not in (1, 2, 3):
-        raise ValueError(f"hint levels are 1 (the idea), 2 (the steps) and 3 (nearly the code), not {level}")
-    idea, near_code = HINTS[exercise.name]
-    return {1: idea, 2: exercise.todo, 3: near_code}[level]
+        raise ValueError(f"hint levels are 1 (the idea), 2 (the steps) and 3 (the code), not {level}")
+    if level == 3:
+        return textwrap.indent(textwrap.dedent(CODE[exercise.name]).strip("\n") + "\n", "    ")
+    return IDEAS[exercise.name] if level == 1 else exercise.todo
 
 
 def which_hint(claim_text, message):
