@@ -14,7 +14,7 @@ from nanodflash.ext.block_policy import auto, expected_tokens
 from nanodflash.ext.step_costs import linear_costs
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.tools.race import record_race
-from nanodflash.tools.race_page import note
+from nanodflash.tools.race_page import note, write_race_page
 from nanodflash.tools.trace import replay
 
 
@@ -142,5 +142,46 @@ def test_the_race_page_plays_to_the_end_opens_steps_and_computes_the_panel_as_py
             move("preset", preset, "change")
             assert abs(float(by_id("wi-step").get_attribute("value")) - whatif[preset][0]) < 1e-9, \
                 f"the {preset} preset did not set the step cost"
+    finally:
+        driver.quit()
+
+
+def test_at_1280x720_the_what_if_panel_stays_in_view_beside_the_lanes_and_opens_on_the_calibration(
+        greedy_race, tmp_path):
+    page = write_race_page(greedy_race, tmp_path / "race.html")
+    whatif = greedy_race["whatif"]
+    driver = browser(1280, 720)
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               dict(width=1280, height=720, deviceScaleFactor=1, mobile=False))
+        driver.get(page.as_uri())
+        by_id = lambda name: driver.find_element("id", "race-" + name)   # noqa: E731
+        js = driver.execute_script
+
+        def in_view(when):
+            width, height, scrolled = js("return [innerWidth, innerHeight, scrollY]")
+            assert (width, height, scrolled) == (1280, 720, 0), f"{when}: the window is {width}x{height}, " \
+                f"scrolled {scrolled}"
+            for name in ["wi-root"] + ["lane-" + lane["key"] for lane in greedy_race["lanes"]]:
+                r = by_id(name).rect
+                assert r["x"] >= 0 and r["y"] >= 0 and r["x"] + r["width"] <= width and \
+                    r["y"] + r["height"] <= height, f"{when}: {name}'s box {r} leaves the 1280x720 window"
+
+        in_view("at load")
+        assert by_id("wi-preset").get_attribute("value") == "calibrated", "the panel opens on another preset"
+        assert float(by_id("wi-step").get_attribute("value")) == whatif["calibrated"][0], \
+            "the panel's step cost is not the calibration's"
+        assert int(by_id("wi-block").get_attribute("value")) == whatif["measured_drafts"] + 1, \
+            "the panel opens on another block size than the path lane's"
+        by_id("play").click()
+        time.sleep(0.3)
+        assert by_id("root").get_attribute("data-done") == "0", "the race ended before it could be looked at"
+        in_view("mid-race")
+        js("document.getElementById('race-speed').value = '256'")
+        for _ in range(100):
+            if by_id("root").get_attribute("data-done") == "1":
+                break
+            time.sleep(0.05)
+        in_view("at the end, every lane's result shown")
     finally:
         driver.quit()

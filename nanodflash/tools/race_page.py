@@ -18,17 +18,22 @@ from .whatif_panel import panel_html
 PLAIN_SECONDS = 20.0      # the plain lane's length on the page at speed 1 (real time is too fast to watch)
 SPEEDS = (0.25, 0.5, 1, 2, 4, 16, 256)
 
+# At 1280x720 (a projector) the lanes and the what-if panel stand side by side, both above the fold; a
+# narrower window wraps the panel under the lanes. No text under 18 px.
 CSS = """
-.race { font: 18px/1.4 system-ui, sans-serif; color: #222; max-width: 1240px; }
-.race h2 { font-size: 24px; margin: 4px 0; }
+.race { font: 18px/1.4 system-ui, sans-serif; color: #222; max-width: 1264px; }
+.race .stage { display: flex; flex-wrap: wrap; gap: 0 12px; align-items: flex-start; }
+.race .lanes { flex: 1 1 620px; min-width: 0; }
+.race .stage > .whatif { flex: 0 1 600px; min-width: 0; margin: 0; }
+.race h2 { font-size: 22px; margin: 4px 0; }
 .race .note { color: #555; font-size: 18px; margin: 4px 0; }
-.race .controls { display: flex; gap: 12px; flex-wrap: wrap; align-items: center; margin: 8px 0;
+.race .controls { display: flex; gap: 4px 12px; flex-wrap: wrap; align-items: center; margin: 6px 0;
   font-size: 18px; }
-.race .controls button, .race .controls select { font-size: 18px; padding: 4px 14px; }
-.race .lane { border: 1px solid #bbb; border-radius: 6px; padding: 6px 10px; margin: 6px 0; }
-.race .lanehead { display: flex; gap: 16px; font-size: 18px; white-space: nowrap; }
-.race .lanehead b { font-size: 20px; width: 330px; overflow: hidden; text-overflow: ellipsis; }
-.race .clock { font-family: ui-monospace, monospace; }
+.race .controls button, .race .controls select { font-size: 18px; padding: 2px 12px; }
+.race .lane { border: 1px solid #bbb; border-radius: 6px; padding: 4px 10px; margin: 6px 0; }
+.race .lanehead { display: flex; flex-wrap: wrap; gap: 0 16px; font-size: 18px; }
+.race .lanehead b { font-size: 20px; white-space: nowrap; }
+.race .clock { font-family: ui-monospace, monospace; white-space: nowrap; }
 .race .text { font: 18px/1.35 ui-monospace, monospace; white-space: pre-wrap; height: 80px;
   overflow: auto; border-top: 1px solid #ddd; margin-top: 4px; padding-top: 4px; }
 .race .tok { border-radius: 3px; padding: 0 1px; }
@@ -126,8 +131,8 @@ SCRIPT = r"""
 def lane_html(lane, prefix):
     p, key = prefix, lane["key"]
     return (f'<div class="lane" id="{p}lane-{key}"><div class="lanehead"><b>{html.escape(lane["label"])}</b>'
-            f'<span class="clock" id="{p}clock-{key}"></span><span class="result" id="{p}result-{key}">'
-            f'</span></div><div class="text" id="{p}text-{key}"></div></div>\n')
+            f'<span class="result" id="{p}result-{key}"></span></div><div class="clock" id="{p}clock-{key}">'
+            f'</div><div class="text" id="{p}text-{key}"></div></div>\n')
 
 
 def note(race):
@@ -154,18 +159,19 @@ def race_html(race, prefix="race-"):
                       for key, trace in ((lane["key"], lane["trace"]) for lane in race["lanes"])
                       if trace is not None)
     return (f"<style>{CSS}</style>\n"
-            f'<div class="race" id="{p}root">\n<h2>nanodflash: plain and speculative decoding, racing</h2>\n'
+            f'<div class="race" id="{p}root">\n<div class="stage"><div class="lanes">\n'
+            '<h2>nanodflash: plain and speculative decoding, racing</h2>\n'
             f'<div class="controls"><button id="{p}play">play</button>'
             f'<button id="{p}restart">restart</button>'
-            f'speed <select id="{p}speed">{options}</select><span>time {slow:,.0f}x slower than real: '
-            f'plain lasts {PLAIN_SECONDS:g} s at ×1</span><span class="tok draft">accepted drafts</span>'
-            '<span class="tok target">target tokens</span></div>\n'
-            + "".join(lane_html(lane, p) for lane in race["lanes"]) +
+            f'<span>speed <select id="{p}speed">{options}</select></span><span>time {slow:,.0f}x slower '
+            f'than real: plain lasts {PLAIN_SECONDS:g} s at ×1</span><span class="tok draft">accepted drafts'
+            '</span><span class="tok target">target tokens</span></div>\n'
+            + "".join(lane_html(lane, p) for lane in race["lanes"]) + "</div>\n"
+            + panel_html(race["whatif"], f"{p}wi-") + "</div>\n" +
             f'<div class="note">{html.escape(shown)}. Each lane replays its own recorded run (the median of '
             f'{s["repeats"]} timed runs): tokens appear when that decoder emitted them; its clock is that '
             'run\'s, from the start of its call. Click a token to open the step that emitted it. '
-            f'{html.escape(note(race))}</div>\n' + viewers
-            + panel_html(race["whatif"], f"{p}wi-") +
+            f'{html.escape(note(race))}</div>\n' + viewers +
             f'<script type="application/json" id="{p}data">{embedded_json(data)}</script>\n'
             f"<script>{script(SCRIPT, p)}</script>\n</div>\n")
 

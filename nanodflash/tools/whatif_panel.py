@@ -88,13 +88,18 @@ SCRIPT = r"""
 })();
 """
 
+# Compact enough to stand beside the race's lanes at 1280x720 (race_page.py): labels beside their sliders,
+# the select as wide as its row allows; no text under 18 px.
 CSS = """
-.whatif { font: 18px/1.4 system-ui, sans-serif; border: 1px solid #bbb; border-radius: 6px; padding: 8px 12px;
-  margin: 12px 0; max-width: 1240px; }
-.whatif h3 { font-size: 22px; margin: 2px 0 6px; }
-.whatif .row { display: flex; gap: 12px; align-items: center; margin: 4px 0; }
-.whatif .row label { width: 360px; } .whatif input[type=range] { width: 360px; }
-.whatif select { font-size: 18px; } .whatif .out b { font-size: 22px; }
+.whatif { font: 18px/1.35 system-ui, sans-serif; border: 1px solid #bbb; border-radius: 6px;
+  padding: 4px 12px; margin: 12px 0; max-width: 1240px; box-sizing: border-box; }
+.whatif h3 { font-size: 22px; margin: 2px 0 4px; }
+.whatif .row { display: flex; gap: 10px; align-items: center; margin: 3px 0; }
+.whatif .row label { flex: 0 0 290px; } .whatif .row label.short { flex: 0 0 auto; }
+.whatif input[type=range] { flex: 1 1 150px; min-width: 100px; }
+.whatif .row span { flex: 0 0 56px; }
+.whatif select { font-size: 18px; flex: 1 1 0; min-width: 0; } .whatif .out b { font-size: 22px; }
+.whatif .out { display: block; } .whatif svg { display: block; }
 .whatif .legend { color: #555; font-size: 18px; }
 """
 
@@ -114,24 +119,23 @@ def panel_html(whatif, prefix="wi-"):
     curve = "checked" if any(w["rates"]) else ""
     top_step = max(w["calibrated"][0], w["measured"][0], w["gpu"][0])      # the sliders hold every preset
     low_slot = min(w["calibrated"][1], w["measured"][1], w["gpu"][1])
+    lane_block = min(max(w["measured_drafts"] + 1, 2), B)     # the path lane's block: the panel opens on it
     return (f"<style>{CSS}</style>\n"
             f'<div class="whatif" id="{p}root"><h3>What if: expected τ and speedup of one step</h3>\n'
-            '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ tokens a step '
-            'with n = B - 1 drafts '
+            '<div class="legend">E(n) = 1 + a₁ + a₁a₂ + … + a₁…aₙ: the tokens a step with n = B - 1 drafts '
             "emits; cost(n) = step cost × (1 + growth × (n - 1)) plain steps; speedup = E(n) / cost(n) "
             "(nanodflash/ext/block_policy.py). Blue: the curve and your block size; red: this race's path "
-            "lane "
-            "as measured.</div>\n"
-            f'<div class="row"><label for="{p}preset">costs from</label><select id="{p}preset">'
-            '<option value="calibrated">the calibration here (a step in plain decoding\'s tokens)</option>'
+            "lane as measured.</div>\n"
+            f'<div class="row"><label class="short" for="{p}preset">costs from</label><select id="{p}preset">'
+            '<option value="calibrated" selected>the calibration here (plain decoding\'s tokens)</option>'
             f'<option value="measured">{html.escape(measured)}</option>'
             '<option value="gpu">the cost model: Qwen3-8B and a 5-layer drafter on an H200 (bf16)</option>'
             '</select></div>\n'
-            f'<div class="row"><label for="{p}curve">acceptance: this race\'s per-slot rates</label>'
+            f'<div class="row"><label for="{p}curve">this race\'s per-slot acceptance</label>'
             f'<input type="checkbox" id="{p}curve" {curve}></div>\n'
-            + slider(p, "alpha", "or every slot's acceptance a", 0, 1, 0.01, 0.7)
-            + slider(p, "block", "block size B (anchor + drafts)", 2, B, 1, B)
-            + slider(p, "step", "a step with one draft, in plain steps", 0.5, max(8, math.ceil(top_step)),
+            + slider(p, "alpha", "or one acceptance a for all", 0, 1, 0.01, 0.7)
+            + slider(p, "block", "block size B (anchor + drafts)", 2, B, 1, lane_block)
+            + slider(p, "step", "step cost (one draft)", 0.5, max(8, math.ceil(top_step)),
                      "any", 1.5)
             + slider(p, "slot", "growth per further draft", min(0, low_slot), 0.3, "any", 0.02) +
             f'<div class="row out">expected τ <b id="{p}tau"></b> · a step costs '
