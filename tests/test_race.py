@@ -13,8 +13,9 @@ from helpers import browser, run_command, visible
 from nanodflash.ext.block_policy import auto, expected_tokens
 from nanodflash.ext.step_costs import linear_costs
 from nanodflash.speculative import generate, speculative_generate
+from nanodflash.tools.cli import decode_threads
 from nanodflash.tools.race import record_race
-from nanodflash.tools.race_page import note, write_race_page
+from nanodflash.tools.race_page import note, race_html, write_race_page
 from nanodflash.tools.trace import replay
 
 
@@ -47,6 +48,12 @@ def test_each_lane_clock_is_its_own_runs_events_ending_at_the_runs_seconds(greed
             f"{lane['label']}: the lane shown is not the median of its timed runs"
         assert len(lane["events"]) == lane["forwards"], f"{lane['label']}: one event per target forward"
         assert lane["speedup"] == greedy_race["lanes"][0]["seconds"] / lane["seconds"]
+
+
+def test_the_race_page_names_the_thread_counts_its_lanes_ran_at(greedy_race, drafter):
+    counts = decode_threads(drafter)
+    said = f"threads {counts['plain']} plain, {counts['speculative']} speculative"
+    assert said in race_html(greedy_race), f"the page does not say {said!r}: a lane's clock depends on it"
 
 
 def test_sampled_lanes_are_the_decoders_own_seeded_samples(small):

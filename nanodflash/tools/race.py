@@ -92,13 +92,15 @@ def per_slot_rates(acceptance, block_size):
 
 
 def record_race(tok, target, drafter, prompt_ids, max_new_tokens, temperature=0.0, top_k=None, top_p=None,
-                block_size=None, tree_nodes=None, seed=1337, repeats=REPEATS, settings=None):
-    """The race as one JSON-ready dict: settings, prompt, lanes (each: label, output, events, seconds,
-    speedup over plain, target forwards, τ and repetition, and for a speculative lane its trace) and the
-    what-if panel's starting point (per-slot rates and costs)."""
+                block_size=None, tree_nodes=None, seed=1337, repeats=REPEATS, settings=None, threads=None):
+    """The race as one JSON-ready dict: settings (the thread counts the lanes ran at among them), prompt,
+    lanes (each: label, output, events, seconds, speedup over plain, target forwards, τ and repetition, and
+    for a speculative lane its trace) and the what-if panel's starting point (per-slot rates and costs).
+    `threads`: one count for every lane (sample.py --threads), else the calibration's (cli.decode_threads)."""
     sampling = (temperature, top_k, top_p)
     spec = lanes(drafter, temperature, block_size, tree_nodes)
-    runs = timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats)
+    counts = decode_threads(drafter, threads)
+    runs = timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats, counts)
     out = []
     for key, label, decode in spec:
         ordered = sorted(runs[key], key=lambda run: run[-1])
@@ -123,16 +125,17 @@ def record_race(tok, target, drafter, prompt_ids, max_new_tokens, temperature=0.
     for lane in out:
         lane["speedup"] = plain / lane["seconds"]
     return dict(settings=dict(settings or {}, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                              max_new_tokens=max_new_tokens, repeats=repeats),
+                              max_new_tokens=max_new_tokens, repeats=repeats,
+                              threads=f"{counts['plain']} plain, {counts['speculative']} speculative"),
                 prompt=list(prompt_ids), tokens=texts(tok, prompt_ids, out), lanes=out,
                 whatif=whatif_start(drafter, out, temperature > 0))
 
 
-def timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats):
+def timed_runs(target, drafter, prompt_ids, max_new_tokens, spec, sampling, seed, repeats, threads):
     """{lane key: [(tokens, events, stats, seconds)] of its timed runs}: the lanes interleaved, after a
-    warm-up run each, every lane at its kind's calibrated thread count (cli.decode_threads), the count put
-    back after."""
-    threads, decoders = decode_threads(drafter), {key: decode for key, _, decode in spec}
+    warm-up run each, every lane at its kind's thread count (`threads`: {plain: n, speculative: n}), the
+    count put back after."""
+    decoders = {key: decode for key, _, decode in spec}
     runs = {key: [] for key in decoders}
 
     def run(key, r, i):
@@ -199,6 +202,6 @@ def race_command(args, tok, target, drafter, prompt_ids, chosen=None):
           "recorded ...", file=sys.stderr)
     recorded = record_race(tok, target, drafter, prompt_ids, args.max_new_tokens, args.temperature,
                            args.top_k, args.top_p, block_size=args.block_size, tree_nodes=args.tree,
-                           seed=args.seed, settings=dict(checkpoint=args.out))
+                           seed=args.seed, settings=dict(checkpoint=args.out), threads=args.threads)
     print(summary(recorded))
     print(f"wrote {write_race_page(recorded, args.race)}: the race, replayed (open it in a browser)")
