@@ -373,7 +373,7 @@ def test_every_benchmark_runs_on_third_party_prompts_when_asked(smoke_out, tmp_p
     bench_batch.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--batch", "2",
                       "--prompts", "third_party"])
     bench_tree.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "8", "--sizes", "8",
-                     "--prompts", "third_party"])
+                     "--repeats", "1", "--prompts", "third_party"])
     out = capsys.readouterr().out
     assert out.count("2 third-party prompts (numpy source)") == 2, f"bench_batch and bench_tree:\n{out}"
 

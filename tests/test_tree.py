@@ -287,7 +287,7 @@ def test_bench_tree_prints_single_path_and_tree_rows_all_equal_to_plain_greedy(s
     from nanodflash.tools import bench_tree
     path = tmp_path / "tree.json"
     bench_tree.main(["--out", str(smoke_out), "--n_prompts", "2", "--max_new_tokens", "12",
-                     "--sizes", "4", "16", "--json", str(path)])
+                     "--sizes", "4", "16", "--repeats", "2", "--json", str(path)])
     text = capsys.readouterr().out
     for row in ("plain greedy", "dflash2 B=8", "dflash2 tree N=4", "dflash2 tree N=16"):
         assert row in text, f"the table has no row {row!r}:\n{text}"
@@ -295,6 +295,8 @@ def test_bench_tree_prints_single_path_and_tree_rows_all_equal_to_plain_greedy(s
         f"a row differs from plain greedy, or no ceiling:\n{text}"
     rows = json.loads(path.read_text())["rows"]
     assert all(r["matches_plain"] for r in rows), "the JSON says a greedy row differs from plain greedy"
+    assert all(lo <= r["speedup"] <= hi for r in rows for lo, hi in [r["speedup_spread"]]), \
+        f"each speedup is the median of its passes, between the least and the most: {rows}"
     bench_tree.main(["--out", str(smoke_out), "--n_prompts", "1", "--max_new_tokens", "8", "--sizes", "4",
                      "--sweep", "1", "0.5"])
     assert "tree_temperature" in capsys.readouterr().out, "--sweep printed no table"

@@ -6,8 +6,10 @@ run.
 
 Rows (all greedy, interleaved per prompt after a warm-up, by bench.run_benchmark): "plain greedy", the
 drafter's single path "<kind> B=16" (speculative_generate), and "<kind> tree N=16/32/64"
-(tree_speculative_generate with at most N draft nodes a step). Per row: τ (tokens per draft+verify step,
-the prefill's token not counted), tok/s (median over prompts), speedup over plain greedy, draft nodes
+(tree_speculative_generate with at most N draft nodes a step), in --repeats passes over the prompts. Per
+row: τ (tokens per draft+verify step, the prefill's token not counted), tok/s (all tokens over all seconds),
+the speedup over plain greedy (the project's one speedup, docs/design.md §3.4: the median of the passes, with
+the least and the most), draft nodes
 verified per step, the in-loop draft and verify milliseconds per step, and whether every output equals plain
 greedy's.
 
@@ -30,7 +32,7 @@ from ..ext.tree import TREE_TEMPERATURE, tree_speculative_generate
 from ..speculative import generate, speculative_generate
 from ..store.checkpoint import load
 from ..store.run_folder import run_corpus
-from .bench import PROMPT_LEN, SEED, run_benchmark
+from .bench import PROMPT_LEN, REPEATS, SEED, run_benchmark
 from .bench_methods import Method, kind_of, plain_method
 from .cli import decode_threads, floats, ints
 from .measure import bench_flags, bench_prompts, machine
@@ -136,8 +138,8 @@ def format_sweep(taus, sizes, temperatures, name):
 
 
 def format_rows(rows, records):
-    lines = [f"{'method':<24} {'tau':>6} {'repeated':>8} {'tok/s':>8} {'speedup':>8} {'nodes/step':>10} "
-             f"{'draft ms':>9} {'verify ms':>9}  = plain"]
+    lines = [f"{'method':<24} {'tau':>6} {'repeated':>8} {'tok/s':>8} {'speedup [passes]':>19} "
+             f"{'nodes/step':>10} {'draft ms':>9} {'verify ms':>9}  = plain"]
     for r in rows:
         steps = max(r["steps"], 1)
         st = records.get(r["name"])
@@ -145,8 +147,9 @@ def format_rows(rows, records):
                  max(sum(len(s.acceptance_lengths) for s in st), 1)) if st else None
         per_step = (f"{nodes:>10.1f} {1e3 * r['draft_s'] / steps:>9.3f} {1e3 * r['verify_s'] / steps:>9.3f}"
                     if st else f"{'-':>10} {'-':>9} {'-':>9}")
+        lo, hi = r["speedup_spread"]
         lines.append(f"{r['name']:<24} {r['tau']:>6.2f} {100 * r['repetition']:>7.0f}% "
-                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>7.2f}x " + per_step
+                     f"{r['tokens_per_s']:>8.1f} {r['speedup']:>5.2f}x [{lo:.2f}-{hi:.2f}] " + per_step
                      + f"  {'yes' if r['matches_plain'] else 'NO'}")
     return "\n".join(lines)
 
@@ -163,6 +166,8 @@ def parse_args(argv=None):
     p.add_argument("--sweep", type=floats(0, None, low_open=True), nargs="+", default=None, metavar="S",
                    help="instead of the table: τ of every size at each of these tree temperatures (no "
                    "timing)")
+    p.add_argument("--repeats", type=ints(1, 100), default=REPEATS, help="passes over the prompts; the "
+                   "speedup is the median of the passes' (default: %(default)s)")
     p.add_argument("--no_ceiling", action="store_true", help="skip the candidate ceiling section")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the rows and sections as JSON")
     return p.parse_args(argv)
@@ -212,7 +217,8 @@ def main(argv=None):
         for r in records.values():
             r.clear()
         t0 = time.perf_counter()
-        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed, warmup=False)
+        rows = run_benchmark(target, drafter, prompts, methods, args.max_new_tokens, args.seed, warmup=False,
+                             repeats=args.repeats)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -221,7 +227,8 @@ def main(argv=None):
     print(f"nanodflash.tools.bench_tree: {args.out} | {len(prompts)} {which} x {PROMPT_LEN} "
           f"tokens, {args.max_new_tokens} new tokens each, greedy, tree_temperature "
           f"{args.tree_temperature} | {where}")
-    print(f"methods interleaved per prompt after a warm-up; tok/s = median over prompts; wall {wall:.1f}s\n")
+    print(f"methods interleaved per prompt after a warm-up, {args.repeats} pass(es) over the prompts; tok/s: "
+          f"all tokens over all seconds; wall {wall:.1f}s\n")
     print(format_rows(rows, records))
     print("speedup: over plain greedy; nodes/step: draft tokens verified per step (the anchor not counted); "
           "draft/verify ms: in-loop, per step")
@@ -231,7 +238,8 @@ def main(argv=None):
         references = [generate(target, p, args.max_new_tokens) for p in prompts]
         ceiling = print_ceiling(target, drafter, prompts, references, records[f"{kind_of(drafter)} B={B}"])
     if args.json:
-        keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "steps", "tokens", "draft_s",
+        keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "speedup_spread", "steps", "tokens",
+                "draft_s",
                 "verify_s", "matches_plain")
         with open(args.json, "w") as f:
             json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
