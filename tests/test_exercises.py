@@ -917,6 +917,8 @@ def test_hint_2_gives_the_steps_in_words_and_hint_3_the_code_with_every_argument
             f"{e.name}: hint 2 says what hint 3 says; give the steps in words there\n{steps}\n{code}"
         if any(c.__name__ == "claim_sampled_rules_draw_only_from_their_generator" for c in e.claims):
             assert "generator" in code, f"{e.name}: hint 3 must draw from the generator its claims check"
+            assert "generator" in steps, f"{e.name}: a failure of the generator claim points to hint 2, " \
+                                         "whose steps must then say where the draws come from"
 
 
 # The claims the hint-3 test below leaves to the full checker (each costs seconds): a decoding with the
@@ -1007,6 +1009,23 @@ def test_a_failure_of_a_written_function_points_to_the_steps_and_an_unwritten_on
     assert which_hint(claim, "your speculative output differs at token 3")[0] == 2, \
         "a written function that fails a whole decoding misses a step: hint 2"
     assert which_hint(claim, "raised NotImplementedError")[0] == 1, "an unwritten function wants the idea"
+
+
+@pytest.mark.parametrize("mistake,claim", [
+    ("greedy_verify: two 0-d tensors where ints are due",
+     cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token),
+    ("greedy_walk: a numpy array instead of a LongTensor",
+     ctree.claim_walk_takes_the_best_candidate_after_the_one_before),
+])
+def test_a_value_of_another_kind_than_the_contract_states_points_to_the_contract(tmp_path, mistake, claim):
+    from nanodflash.exercises.hints import which_hint
+    name, source, _ = WRONG[mistake]
+    path = write(tmp_path, source)
+    student = Student(name, load_function(path, name, BY_NAME[name].original()), BY_NAME[name].original())
+    message = run_claim(claim, student, path)
+    level, why = which_hint(claim.__doc__, message)
+    assert level is None and "contract" in why, \
+        f"{mistake}: the contract states the kind of value, not a hint's steps; pointed to {level}: {why}"
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):

@@ -37,15 +37,17 @@ EXERCISES = [
     Exercise("greedy_verify", "nanodflash.verify", "one speculative step: 'Steps 2–5: draft, verify, "
              "accept, roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
-             "argmax of the row right after them.",
+             "argmax of the row right after them. With R blocks at once, the same for each row (a loop is "
+             "fine), where a padding -1 equals no token.",
              (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
               cv.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
               cv.claim_greedy_speculative_equals_greedy_decoding,
               cv.claim_batched_greedy_decoding_with_it_equals_greedy_decoding)),
     Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
-             "draw one token y_i from each row of target_probs (nanodflash.sampling.sample); keep draft i "
-             "while d_i == y_i; the token after the kept drafts is y at the first mismatch.",
+             "draw one token y_i from each row of target_probs with the generator you are given "
+             "(nanodflash.sampling.sample takes it); keep draft i while d_i == y_i; the token after the kept "
+             "drafts is y at the first mismatch.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_match_keeps_every_draft_the_target_is_sure_of,
               cv.claim_match_keeps_a_draft_as_often_as_the_target_draws_it,
@@ -55,9 +57,9 @@ EXERCISES = [
     Exercise("rejection_verify", "nanodflash.verify",
              "why lossless: 'A whole toy generation, sampled with the library's verifiers'", 30,
              "sampling, drafts drawn from q: keep as many as possible, exactly the target's distribution",
-             "one uniform u_i per draft; accept draft i while u_i < p_i(d_i) / q_i(d_i); at the first "
-             "rejection draw from residual_distribution(p_i, q_i); when all are kept, draw the bonus from "
-             "the last row of target_probs.",
+             "every draw from the generator you are given: one uniform u_i per draft; accept draft i while "
+             "u_i < p_i(d_i) / q_i(d_i); at the first rejection draw from residual_distribution(p_i, q_i); "
+             "when all are kept, draw the bonus from the last row of target_probs.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_rejection_accepts_every_draft_when_q_equals_p,
               cv.claim_rejection_keeps_a_draft_as_often_as_the_rule_must,
@@ -75,15 +77,16 @@ EXERCISES = [
     Exercise("probs_from_logits", "nanodflash.sampling", "why lossless: 'The real models, sampling'", 25,
              "logits to the distribution plain sampling draws from: temperature, then top-k, then top-p",
              "T = 0: one-hot on the argmax. Else divide by T; keep the top_k largest logits (-inf "
-             "elsewhere); softmax; keep the smallest set of most likely tokens whose mass reaches top_p; "
-             "renormalise. Work along the last dimension, in float64.",
+             "elsewhere; all of them when top_k >= V); softmax; keep the smallest set of most likely tokens "
+             "whose mass reaches top_p; renormalise. Work along the last dimension, in float64, leaving the "
+             "logits you are given as they were.",
              (cs.claim_probs_agree_with_a_plain_reference,
               cs.claim_probs_stay_finite_for_large_logits_at_a_low_temperature,
               cs.claim_probs_work_on_a_batch_of_rows, cs.claim_sampled_decoding_stays_exact_with_it)),
     Exercise("training_mask", "nanodflash.drafter", "the drafter: 'Training: many anchors, one pass'", 20,
              "what each training block may see: context before its anchor, and its own slots",
              "build (N, K*B, S) 'context position j < the block's anchor' and (K*B, K*B) 'same block', "
-             "broadcast, and concatenate along the last dimension.",
+             "broadcast, and concatenate along the last dimension; make every tensor on anchors.device.",
              (ct.claim_training_mask_equals_the_plain_loop_reference,
               ct.claim_training_mask_is_made_on_the_anchors_device)),
     Exercise("loss_decay_weights", "nanodflash.loss",
@@ -103,9 +106,9 @@ EXERCISES = [
     Exercise("accept_path", "nanodflash.ext.tree",
              "trees: '3. Verify in one pass, and the path the target took'",
              25, "walk down the tree while the target's token is a child",
-             "at each node take y = the target's token (argmax, or a draw from probs_from_logits at the "
-             "temperature); go to the child whose token is y (tree.children[node]); stop when there is none "
-             "and return (the nodes walked, root first; y).",
+             "at each node take y = the target's token as an int (argmax, or a draw with the generator from "
+             "probs_from_logits at the temperature); go to the child whose token is y (tree.children[node]); "
+             "stop when there is none and return (the nodes walked, root first; y).",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
               ctree.claim_accept_path_emits_each_nodes_distribution,
@@ -136,7 +139,7 @@ EXERCISES = [
              "keep a distribution r, p at first; test the drafts in their order, each with its own uniform "
              "from the generator, against r(d) / q(d); a rejected draft, a repeat too, turns r into its "
              "residual against q before the next test; accepted: its position in draft_tokens and its "
-             "token; none accepted: -1 and a draw from the last r.",
+             "token; none accepted: -1 and a draw, from the generator too, from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_multi_draft_accepts_more_with_more_drafts,
               cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,

@@ -28,6 +28,17 @@ class Failed(AssertionError):
     """A claim that does not hold; the message says how, for a student."""
 
 
+AGAINST_CONTRACT = "against the contract: "     # how a BrokenContract's message starts
+
+
+class BrokenContract(Failed):
+    """A claim that does not hold because the function returns another kind of value (a type, dtype or shape)
+    than its contract states: the contract in the skeleton's docstring addresses it, not a hint's steps."""
+
+    def __init__(self, message):
+        super().__init__(AGAINST_CONTRACT + message)
+
+
 class TimeLimit(Exception):
     pass
 

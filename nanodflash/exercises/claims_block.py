@@ -144,7 +144,8 @@ def reproducible(call, name):
                      "a seeded run does not repeat")
     if repr(first) != repr(second):
         raise Failed(f"your {name} returned {first!r}, then {second!r}, for generators seeded alike: every "
-                     "draw must come from the generator it is given")
+                     "draw must come from the generator it is given, and the arguments must stay as they "
+                     "were (a call that changes them changes the next call's result)")
 
 
 def generator_calls(name, fn):

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .check import Failed
+from .check import BrokenContract, Failed
 from .claims_verify import exactly_p
 
 # (logits, temperature, top_k, top_p): the nucleus cases put the top_p boundary exactly between two tokens'
@@ -125,8 +125,8 @@ def claim_probs_agree_with_a_plain_reference(student):
             raise Failed(f"your function changed the logits it was given ({fmt(logits)} became "
                          f"{fmt(given.tolist())}): the decoders read them again; work on a copy")
         if not isinstance(got, torch.Tensor) or got.shape != (len(logits),):
-            raise Failed(f"for logits of shape ({len(logits)},) it must return probabilities of that shape; "
-                         f"got {getattr(got, 'shape', type(got).__name__)}")
+            raise BrokenContract(f"for logits of shape ({len(logits)},) it must return probabilities of that "
+                                 f"shape; got {getattr(got, 'shape', type(got).__name__)}")
         got = got.double().tolist()
         want = reference_probs(logits, temperature, top_k, top_p)
         if any(abs(a - b) > 1e-6 for a, b in zip(got, want)):

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..loss import loss_decay_weights
-from .check import Failed
+from .check import BrokenContract, Failed
 from .oracle import reference_mask
 
 # (anchors (N, K), seq_len, block_size): an anchor at 0 (no context), overlapping and identical blocks
@@ -46,11 +46,11 @@ def claim_training_mask_equals_the_plain_loop_reference(student):
         want = reference_mask(a, seq_len, B)
         got = student.fn(a, seq_len, B)
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            raise Failed(f"for anchors of shape {tuple(a.shape)}, seq_len {seq_len}, block_size {B} the mask "
-                         f"must have shape {tuple(want.shape)} (N, K*B, S + K*B); yours has "
-                         f"{tuple(getattr(got, 'shape', ()))}")
+            raise BrokenContract(f"for anchors of shape {tuple(a.shape)}, seq_len {seq_len}, block_size {B} "
+                                 f"the mask must have shape {tuple(want.shape)} (N, K*B, S + K*B); yours has "
+                                 f"{tuple(getattr(got, 'shape', ()))}")
         if got.dtype != torch.bool:
-            raise Failed(f"the mask must be a bool tensor (True = may see); yours is {got.dtype}")
+            raise BrokenContract(f"the mask must be a bool tensor (True = may see); yours is {got.dtype}")
         wrong = (got != want).nonzero()
         if len(wrong):
             n, q, j = (int(x) for x in wrong[0])
@@ -73,8 +73,9 @@ def claim_training_mask_is_made_on_the_anchors_device(student):
                      "data"
                      ) from None
     if not isinstance(got, torch.Tensor) or got.device != anchors.device or got.shape != (1, 12, 28):
-        raise Failed(f"with anchors on the meta device the mask must be a (1, 12, 28) tensor there too; "
-                     f"yours {getattr(got, 'shape', type(got).__name__)} on {getattr(got, 'device', None)}")
+        raise BrokenContract(f"with anchors on the meta device the mask must be a (1, 12, 28) tensor there "
+                             f"too; yours {getattr(got, 'shape', type(got).__name__)} on "
+                             f"{getattr(got, 'device', None)}")
 
 
 def claim_decay_weights_follow_the_papers_formula(student):
@@ -84,8 +85,8 @@ def claim_decay_weights_follow_the_papers_formula(student):
         got = student.fn(B, gamma)
         setting = f"block_size={B}, gamma={gamma}"
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            raise Failed(f"for {setting} it must return a tensor of shape ({B},), one weight per slot; got "
-                         f"{getattr(got, 'shape', type(got).__name__)}")
+            raise BrokenContract(f"for {setting} it must return a tensor of shape ({B},), one weight per "
+                                 f"slot; got {getattr(got, 'shape', type(got).__name__)}")
         got = got.double()
         if got[0] != 0:
             raise Failed(f"slot 0's weight is {float(got[0]):.3f} ({setting}): slot 0 is the anchor, a known "

@@ -7,7 +7,7 @@ from ..ext.batch import speculative_generate_batch
 from ..ext.tree import Tree, tree_speculative_generate, verify_tree
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
-from .check import Failed
+from .check import BrokenContract, Failed
 from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
 from .models import tiny_dflash2, tiny_target
 from .oracle import ALPHA, ancestors, one_position_p_value, random_tree, reference_walk
@@ -21,8 +21,8 @@ def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
         got = student.fn(parent)
         n = len(parent)
         if not isinstance(got, torch.Tensor) or got.shape != (n, n):
-            raise Failed(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
-                         f"{tuple(getattr(got, 'shape', ()))}")
+            raise BrokenContract(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
+                                 f"{tuple(getattr(got, 'shape', ()))}")
         if got.is_floating_point():
             raise Failed(f"your mask is {got.dtype}: attention adds a float mask to its scores as a bias "
                          "instead of masking with it; return a bool tensor (True = may attend)")
@@ -56,7 +56,7 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
             expect.append(node)
         result = student.fn(t, logits)
         if not (isinstance(result, tuple) and len(result) == 2):
-            raise Failed(f"accept_path must return (path, bonus); yours returned {result!r}")
+            raise BrokenContract(f"accept_path must return (path, bonus); yours returned {result!r}")
         path, bonus = list(result[0]), int(result[1])
         want_bonus = int(logits[node].argmax())
         if path != expect:
@@ -171,8 +171,8 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
         want = reference_walk(sel, hidden, logits, 7)
         got = student.fn(cand, table)
         if not isinstance(got, torch.Tensor) or got.dtype != torch.long:
-            raise Failed(f"it must return a LongTensor of tokens (the decoders index and concatenate with "
-                         f"it); yours is {type(got).__name__} of {getattr(got, 'dtype', '?')}")
+            raise BrokenContract(f"it must return a LongTensor of tokens (the decoders index and concatenate "
+                                 f"with it); yours is {type(got).__name__} of {getattr(got, 'dtype', '?')}")
         got = got.tolist()
         if got != want:
             t = next(t for t, (a, b) in enumerate(zip(got, want + [None] * len(got))) if a != b)
@@ -193,8 +193,8 @@ def claim_walk_takes_each_row_of_a_batch_on_its_own(student):
     got = student.fn(cand, table)
     got = got.tolist() if isinstance(got, torch.Tensor) else [list(row) for row in got]
     if len(got) != len(want):
-        raise Failed(f"for {len(want)} blocks at once it must return {len(want)} rows of tokens; yours has "
-                     f"{len(got)}")
+        raise BrokenContract(f"for {len(want)} blocks at once it must return {len(want)} rows of tokens; "
+                             f"yours has {len(got)}")
     for r, (mine, walk) in enumerate(zip(got, want)):
         if mine != walk:
             raise Failed(f"row {r} of a batch of {len(want)} blocks: yours {mine}, its own walk {walk}. The "

@@ -13,7 +13,7 @@ from ..ext.sampled_tree import SampledDraws
 from ..sampling import sample
 from ..speculative import generate, speculative_generate
 from ..verify import greedy_verify, residual_distribution
-from .check import Failed
+from .check import BrokenContract, Failed
 from .models import (
     OracleDrafter,
     OracleTreeDrafter,
@@ -49,10 +49,10 @@ BLOCKS = (3, 4)
 
 def two_ints(result, name):
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise Failed(f"{name} must return a pair (n_accepted, next_token); yours returned {result!r}")
+        raise BrokenContract(f"{name} must return a pair (n_accepted, next_token); yours returned {result!r}")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in result):
-        raise Failed(f"{name} must return two Python ints (int(x) of a tensor); yours returned {result!r}: "
-                     "the decoder puts the token in the list of ints it returns")
+        raise BrokenContract(f"{name} must return two Python ints (int(x) of a tensor); yours returned "
+                             f"{result!r}: the decoder puts the token in the list of ints it returns")
     return result
 
 
@@ -291,8 +291,8 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
     q = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
     r = student.fn(p, q)
     if not isinstance(r, torch.Tensor) or r.shape != p.shape:
-        raise Failed(f"for p and q of shape {tuple(p.shape)} it must return a tensor of that shape; got "
-                     f"{getattr(r, 'shape', type(r).__name__)}")
+        raise BrokenContract(f"for p and q of shape {tuple(p.shape)} it must return a tensor of that shape; "
+                             f"got {getattr(r, 'shape', type(r).__name__)}")
     if (r < 0).any():
         raise Failed("it has negative entries: clamp p - q at 0 before normalising")
     if not torch.allclose(r.sum(-1), torch.ones(6, dtype=r.dtype), atol=1e-9):

@@ -6,6 +6,8 @@ at a time (`python -m nanodflash.exercises hint NAME LEVEL`): 1 the idea, 2 the 
 
 import textwrap
 
+from .check import AGAINST_CONTRACT
+
 CONTRACTS = {
     "greedy_verify": """
     Arguments: draft_tokens, a LongTensor of shape (n,) (n may be 0); target_logits, a tensor of shape
@@ -251,14 +253,21 @@ def hint(exercise, level):
 def which_hint(claim_text, message):
     """The hint level that addresses a failed claim, and a line that says so: a function not written yet
     wants the idea (1); a written one that fails a claim, on hand-made cases or in a whole decoding, has the
-    idea and misses a step (2); an error raised after the function returned is about what it returns, which
-    the contract at the top of the file states.
+    idea and misses a step (2). A value of another kind than the contract states (a BrokenContract's
+    message), or an error raised after the function returned, is about what it returns: the contract at the
+    top of the file states that, so no hint level is named (None). Hint 3, the code, addresses every failure;
+    it is never the one named, as a level before it always addresses the failure.
 
     >>> which_hint("greedy tree decoding with it is token-identical to plain greedy decoding", "differs")[0]
     2
     >>> which_hint("every node sees exactly itself and its ancestors", "raised NotImplementedError")[0]
     1
+    >>> which_hint("walks down the child whose token is the target's", AGAINST_CONTRACT + "a pair")[0] is None
+    True
     """
+    if message.startswith(AGAINST_CONTRACT):
+        return None, "what your function returns is not of the kind its contract states: reread the " \
+                     "contract in its docstring"
     if message.startswith("after your "):
         return None, "what your function returns broke the code after it: reread the contract in its " \
                      "docstring"
