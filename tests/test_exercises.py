@@ -983,7 +983,7 @@ def same_draws(name, fn, seeds=range(20)):
 def test_hint_3_filled_into_the_skeleton_passes_the_checker(tmp_path):
     """Every hint 3, pasted into its skeleton as the command line prints it, passes the checker's claims that
     call the function directly (hand-made cases, ties, batches and padding, the generator on every path).
-    The full checker takes 6 to 19 s an exercise, past the suite's budget; the claims left out (SLOW_CLAIMS)
+    The full checker takes 3 to 19 s an exercise, past the suite's budget; the claims left out (SLOW_CLAIMS)
     hold too, for these reasons. A sampled rule's hint 3 returns the library's outputs and draws the same
     numbers from the same generator (checked here on the generator claim's calls, every path), so the
     statistical and decoding claims see what they see with the library's own rule, which passes them (the
