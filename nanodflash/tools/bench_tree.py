@@ -238,14 +238,18 @@ def main(argv=None):
         references = [generate(target, p, args.max_new_tokens) for p in prompts]
         ceiling = print_ceiling(target, drafter, prompts, references, records[f"{kind_of(drafter)} B={B}"])
     if args.json:
-        keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "speedup_spread", "steps", "tokens",
-                "draft_s",
-                "verify_s", "matches_plain")
-        with open(args.json, "w") as f:
-            json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
-                           prompts=len(prompts), prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,
-                           rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles,
-                           ceiling=ceiling), f, indent=1)
+        write_json(args, where, len(prompts), rows, profiles, ceiling)
+
+
+def write_json(args, where, n_prompts, rows, profiles, ceiling):
+    """The table's rows and the sections after it, to args.json."""
+    keep = ("name", "tau", "repetition", "tokens_per_s", "speedup", "speedup_spread", "steps", "tokens",
+            "draft_s", "verify_s", "matches_plain")
+    with open(args.json, "w") as f:
+        json.dump(dict(out=args.out, machine=where, tree_temperature=args.tree_temperature,
+                       prompts=n_prompts, prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,
+                       rows=[{k: r[k] for k in keep} for r in rows], depth_profiles=profiles,
+                       ceiling=ceiling), f, indent=1)
 
 
 if __name__ == "__main__":
