@@ -52,6 +52,33 @@ def test_a_sampled_run_assumes_fewer_kept_drafts_before_its_first_step():
     assert BatchBlockSize(4, {2: costs}.get, block_policy.prior(False)).next_for([0, 1]) == 4
 
 
+def every_step_decision(sizer, rows):
+    """What BatchBlockSize.next_for decides without its idle shortcut: the mean over rows of E_r(n)."""
+    by_row = [sizer.row(r).expected_tokens_by_drafts() for r in rows]
+    return block_policy.best_block([sum(t) / len(rows) for t in zip(*by_row)], sizer.costs(len(rows)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_idle_batch_decides_the_block_sizes_deciding_every_step_would(seed):
+    from nanodflash.ext.batch_policy import BatchBlockSize
+    g = torch.Generator().manual_seed(seed)
+    tables = {R: linear_costs(8, step_cost=1.2 + 0.15 * R, slot_cost=0.1) for R in (1, 2, 4, 8)}
+    idle, reference = BatchBlockSize(8, tables.get), BatchBlockSize(8, tables.get)
+    rows, took_idle = list(range(8)), 0
+    for step in range(300):
+        if step % 60 == 59:
+            rows = rows[1:] or list(range(8, 16))               # a row leaves; a new batch after the last
+        got = idle.next_for(rows)
+        assert got == every_step_decision(reference, rows), f"step {step}: the idle shortcut decided {got}"
+        took_idle += idle.idle is not None
+        rates = torch.rand(len(rows), generator=g) ** 0.3       # each row keeps a draft with its own chance
+        pairs = [(got - 1, int(sum(torch.rand(got - 1, generator=g).lt(a).cumprod(0)))) for a in rates]
+        idle.update(rows, pairs)
+        for r, (n, a) in zip(rows, pairs):                       # the reference relaxes at every step
+            reference.row(r).update(n, a, relax=1 / len(rows))
+    assert took_idle > 30, f"the costs here should leave the batch idle for a while, {took_idle} steps were"
+
+
 def test_blocks_grow_with_acceptance_and_shrink_as_slots_cost_more():
     by_alpha = [AdaptiveBlockSize(16, COSTS, alpha=a).next() for a in (0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
     assert by_alpha == sorted(by_alpha) and by_alpha[0] < by_alpha[-1] == 16, \

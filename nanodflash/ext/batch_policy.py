@@ -13,7 +13,7 @@ The costs are measured on the decoding models (step_costs.py) at the COST_ROWS r
 between; one row takes batch 1's own table, so a batch of one prompt decodes as speculative_generate does.
 """
 
-from .block_policy import PRIOR_ALPHA, AdaptiveBlockSize, best_block
+from .block_policy import PRIOR_ALPHA, AdaptiveBlockSize, best_block, relax_share
 from .step_costs import COST_ROWS, costs_for_rows
 
 __all__ = ["COST_ROWS", "BatchBlockSize", "costs_for_rows"]
@@ -38,6 +38,7 @@ class BatchBlockSize:
         self.max_block_size, self.costs_at, self.alpha = max_block_size, costs_at, alpha
         self.by_rows = {}                # row count -> [cost(n) for n in 0..B-1]
         self.counts = {}                 # row id -> its acceptance counts (an AdaptiveBlockSize)
+        self.idle = None                 # [rows, share of their counts kept]: steps that cannot draft
 
     def row(self, r):
         """Row r's counts (from the prior, the first time it is asked for)."""
@@ -52,12 +53,34 @@ class BatchBlockSize:
 
     def next_for(self, rows):
         """The next step's block size for a batch of these rows: best_block of the mean over rows of
-        E_r(n), at each n."""
+        E_r(n), at each n. Where no block pays even at the most each row's E_r(n) can reach while its counts
+        relax toward the prior (AdaptiveBlockSize.most_tokens_relaxing), none will while these rows take no
+        drafts: the batch stays idle, deciding nothing and putting its relaxing off to one composed call
+        (wake), until its rows change. The block sizes are the same as deciding at every step."""
+        if self.idle is not None and self.idle[0] == rows:
+            return 1
+        self.wake()
+        costs = self.costs(len(rows))
+        most = [self.row(r).most_tokens_relaxing() for r in rows]
+        if best_block([sum(tokens) / len(rows) for tokens in zip(*most)], costs) == 1:
+            self.idle = [list(rows), 1.0]
+            return 1
         by_row = [self.row(r).expected_tokens_by_drafts() for r in rows]
-        return best_block([sum(tokens) / len(rows) for tokens in zip(*by_row)], self.costs(len(rows)))
+        return best_block([sum(tokens) / len(rows) for tokens in zip(*by_row)], costs)
+
+    def wake(self):
+        """Relax the idle rows' counts by every idle step at once (relaxing composes: block_policy.relax)."""
+        if self.idle is not None:
+            rows, kept = self.idle
+            for r in rows:
+                self.row(r).relax(1 - kept)
+            self.idle = None
 
     def update(self, rows, pairs):
         """Count one step: pairs[i] = (drafts, accepted drafts) of row rows[i]. A step without drafts only
-        relaxes every row's counts toward the prior, at 1 / rows of batch 1's pace."""
+        relaxes every row's counts toward the prior, at 1 / rows of batch 1's pace (while idle, later)."""
+        if self.idle is not None and self.idle[0] == rows:
+            self.idle[1] *= 1 - relax_share(1 / len(rows))
+            return
         for r, (n, a) in zip(rows, pairs):
             self.row(r).update(n, a, relax=1 / len(rows))

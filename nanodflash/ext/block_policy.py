@@ -128,6 +128,17 @@ class AdaptiveBlockSize:
         """[E(0), E(1), ..., E(B-1)] at this generation's rates (expected_tokens)."""
         return expected_tokens(self.rates())
 
+    def most_tokens_relaxing(self):
+        """[E(0), ..., E(B-1)] at rates no relaxing of the counts toward the prior can exceed: a slot's rate
+        averages its counts' ratio (accepted / reached, which relaxing moves straight toward the prior's
+        alpha) with the previous slot's rate, so it stays at most the running max of those ratios and
+        alpha."""
+        rates, most = [], self.prior
+        for accepted, reached in zip(self.accepted, self.reached):
+            most = max(most, accepted / reached)
+            rates.append(most)
+        return expected_tokens(rates)
+
     def expected_tokens(self, n):
         """E(n): tokens emitted on average by a step with n drafts (bonus included)."""
         return self.expected_tokens_by_drafts()[n]
