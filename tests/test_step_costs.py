@@ -75,6 +75,17 @@ def decode_in_a_new_process(folder):
     return json.loads(r.stdout.splitlines()[0]), r.stderr
 
 
+def test_calibrate_tries_no_more_threads_than_max_threads(smoke_out, tmp_path, capsys):
+    from nanodflash.tools import calibrate as calibrate_tool
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_out, folder)
+    calibrate_tool.main(["--out", str(folder), "--calls", "3", "--max_threads", "1"])
+    entry = read_costs(folder)[-1]
+    assert set(entry["threads"]["by_count"]) == {"1"} and entry["key"]["threads"] == 1, \
+        f"--max_threads 1 times one thread only (other jobs on the cores): {entry['threads']}"
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_relative_costs_divide_by_a_step_without_drafts_and_interpolate_between_timed_sizes():
     assert relative_costs({1: 2.0, 2: 2.5, 4: 3.0}, 5) == [1.0, 1.25, 1.375, 1.5, 1.625], \
         "t = 3 lies halfway between t = 2 and 4, t = 5 on the last segment extended"

@@ -337,7 +337,9 @@ def main(argv=None):
                    "count, the median counts (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--compile", action="store_true", help="the table of batch-1 steps with the drafter's "
-                   "pass compiled (speculative_generate(compile=True)), kept beside the eager one")
+                   "pass compiled (ext/compiled.compile_drafter), kept beside the eager one")
+    p.add_argument("--max_threads", type=ints(1, 256), default=MAX_THREADS, help="the most threads tried: 1 "
+                   "where other jobs share the cores (default: %(default)s, or the CPUs if fewer)")
     args = p.parse_args(argv)
     check_device(p, args.device)
     try:
@@ -345,7 +347,8 @@ def main(argv=None):
         text = run_text(tok, args.out)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
-    entry = calibrate(target, drafter, args.calls, compiled=args.compile, text=text)
+    entry = calibrate(target, drafter, args.calls, compiled=args.compile, text=text,
+                      max_threads=args.max_threads)
     path = write_costs(args.out, entry)
     print(f"wrote {path}: the threads and step costs of {describe(entry['key'])} on {entry['machine']} "
           f"({entry['seconds']:.0f} s; {len(read_costs(args.out))} machine key(s) in the file)")
