@@ -17,7 +17,7 @@ def check_sampling_args(temperature, top_k, top_p):
     """Raise ValueError with a clear message for settings that make no distribution."""
     if temperature is None or not 0 <= temperature < float("inf"):           # `not ... <=` also catches NaN
         raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
+    if top_k is not None and (isinstance(top_k, float) or int(top_k) != top_k or top_k < 1):   # 2.0 too
         raise ValueError(f"top_k must be a positive integer or None, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
@@ -54,9 +54,9 @@ class Sampling:
 def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
     """logits (..., V) -> probabilities (..., V) in float64.
 
-    Top-p keeps the smallest set of most likely tokens whose mass reaches top_p. Only those tokens need
-    sorting: `_nucleus` takes the top 64 of each row (torch.topk), and more only for the rows where those do
-    not reach top_p, instead of sorting the whole vocabulary of every row.
+    Top-p keeps the smallest set of most likely tokens (of equal ones the lower id first) whose mass reaches
+    top_p. Only those tokens need ranking: `_nucleus` takes the top 64 of each row (torch.topk), and more only
+    for the rows where those do not reach top_p, instead of sorting the whole vocabulary of every row.
 
     >>> probs_from_logits(torch.tensor([2.0, 1.0, 0.0]), temperature=0)
     tensor([1., 0., 0.], dtype=torch.float64)
@@ -81,32 +81,32 @@ NUCLEUS_START = 64
 
 
 def _nucleus(probs, top_p, k):
-    """probs (..., V) -> the top-p nucleus of each row, renormalised. Exactly the full-sort rule (keep a token
-    iff the mass of the tokens ranked before it is < top_p), computed on the top k tokens of a row: once those
-    hold >= top_p of the mass, the token ranked k+1 (and every later one) is out anyway. Rows whose top k hold
-    less (flat distributions) are redone with 2k, 4k, ... tokens; only those rows."""
+    """probs (..., V) -> the top-p nucleus of each row, renormalised: the tokens ranked (most likely first; of
+    equal ones the lower id first, as a stable sort ranks them) while the mass ranked before them is < top_p.
+    The sorted probabilities say how many tokens that is, the smallest kept and their mass, and the top k of
+    a row hold them once they reach top_p. torch.topk gives those values but orders equal ones its own way,
+    so the tokens are chosen by value: all above the smallest kept, and of those equal to it (usually it
+    alone), the lowest ids. Rows whose top k hold less than top_p (flat distributions) are redone with 2k,
+    4k, ... tokens; only those rows."""
     flat = probs.reshape(-1, probs.size(-1))                                 # (N, V)
     V = flat.size(-1)
-    k = max(1, min(k, V))
-    top, order = flat.topk(k, dim=-1)                                        # (N, k), largest first
-    out = torch.zeros_like(flat).scatter_(-1, order, _keep(top, top_p))
-    short = (top.cumsum(-1)[:, -1] < top_p).nonzero().flatten()              # rows whose nucleus is longer
-    while short.numel() and k < V:
-        k = min(2 * k, V)
-        top, order = flat[short].topk(k, dim=-1)                             # (n_short, k)
-        done = (top.cumsum(-1)[:, -1] >= top_p) | (k == V)                  # (the mass _keep sees)
-        out[short[done]] = torch.zeros_like(top[done, :1]).expand(-1, V).scatter(-1, order[done],
-                                                                                  _keep(top[done], top_p))
-        short = short[~done]
-    return out.view_as(probs)                                                # (N, V) -> (..., V)
-
-
-def _keep(sorted_p, top_p):
-    """sorted_p (n, k), each row descending -> the nucleus part of each row, renormalised (zeros
-    elsewhere)."""
-    before = sorted_p.cumsum(-1) - sorted_p                                  # mass strictly before each token
-    kept = sorted_p.masked_fill(before >= top_p, 0.0)
-    return kept / kept.sum(-1, keepdim=True)
+    k, rows = max(1, min(k, V)), torch.arange(flat.size(0))
+    size = torch.zeros(flat.size(0), 1, dtype=torch.long)                   # tokens in each row's nucleus,
+    smallest, mass = torch.zeros(2, flat.size(0), 1, dtype=flat.dtype)     # the least likely, their mass
+    while rows.numel():                                                      # rows not placed yet
+        top = flat[rows].topk(k, dim=-1).values                              # (n, k), largest first
+        total = top.cumsum(-1)
+        kept = total - top < top_p               # in while the mass ranked before it is < top_p: a prefix
+        size[rows] = kept.sum(-1, keepdim=True)
+        smallest[rows] = top.gather(-1, size[rows] - 1)
+        mass[rows] = (top * kept).sum(-1, keepdim=True)
+        rows, k = rows[(total[:, -1] < top_p) & (k < V)], min(2 * k, V)   # their top k fall short: wider
+    # the nucleus by value: every token as likely as its smallest or more, less ties beyond its size
+    keep = flat >= smallest                                                  # (N, V)
+    if bool((keep.sum(-1, keepdim=True) > size).any()):          # a tie across its edge: the lowest ids stay
+        above, tied = flat > smallest, flat == smallest
+        keep = above | (tied & (tied.cumsum(-1) <= size - above.sum(-1, keepdim=True)))
+    return (flat * keep / mass).view_as(probs)                               # (N, V) -> (..., V)
 
 
 def next_token(logits, temperature=0.0, top_k=None, top_p=None, generator=None):

@@ -26,6 +26,7 @@ from nanodflash.store import checkpoint
     (dict(temperature=1.0, top_p=0.0), "top_p must be in"),
     (dict(temperature=1.0, top_p=1.5), "top_p must be in"),
     (dict(temperature=1.0, top_k=0), "top_k must be a positive integer"),
+    (dict(temperature=1.0, top_k=2.0), "top_k must be a positive integer"),
     (dict(verifier="typical"), "unknown verifier"),
     (dict(prompt_ids=[1, 2, 999]), "outside the target's vocabulary"),
 ])
