@@ -762,6 +762,80 @@ WRONG = {
                 mask[i] = torch.maximum(mask[i], mask[parent[i]])
             return mask
         """, "instead of masking with it"),
+    "greedy_verify: index tensors made on the CPU, whatever the logits' device": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            pred = target_logits.argmax(-1)
+            n = draft_tokens.size(-1)
+            miss = draft_tokens != pred[..., :n]
+            pos = torch.where(miss, torch.arange(n), torch.full((n,), n))      # CPU tensors
+            n_acc = pos.min(-1).values if n else torch.zeros(miss.shape[:-1], dtype=torch.long)
+            bonus = pred.gather(-1, n_acc[..., None])[..., 0]
+            return (int(n_acc), int(bonus)) if draft_tokens.dim() == 1 else (n_acc, bonus)
+        """, "make every tensor you build on target_logits.device"),
+    "greedy_verify: the top token from a descending sort, ties in its own order": ("greedy_verify", """
+        def greedy_verify(draft_tokens, target_logits):
+            pred = target_logits.sort(-1, descending=True).indices[..., 0]
+            n = draft_tokens.size(-1)
+            n_acc = (draft_tokens == pred[..., :n]).long().cumprod(-1).sum(-1)
+            bonus = pred.gather(-1, n_acc[..., None])[..., 0]
+            return (int(n_acc), int(bonus)) if draft_tokens.dim() == 1 else (n_acc, bonus)
+        """, "need not keep tied ids in order"),
+    "probs_from_logits: the nucleus ranked by a sort that orders ties its own way": ("probs_from_logits",
+        probs_answer(), "the contract ranks a tie by id"),
+    "accept_path: the greedy token from a float32 copy of the logits": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].float().argmax())
+                else:
+                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "a float32 cast rounds them into a tie"),
+    "accept_path: greedy, the bonus returned as a 0-d tensor": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = logits[node].argmax()
+                else:
+                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+                child = tree.children[node].get(int(y))
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "the next token as a Python int"),
+    "accept_path: greedy draws too, from a one-hot p": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "at temperature 0 your accept_path draws from"),
+    "multi_draft_verify: every draft rejected, the last residual's residual": ("multi_draft_verify",
+        multi_draft_answer(last="sample(residual_distribution(r, q), generator)"),
+        "the residual of r once more"),
+    "greedy_walk: a tie to the higher candidate index (the last of an ascending argsort)": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            c, t = cand.cpu().reshape(-1, n, K), table.detach().cpu().reshape(-1, n, K, K).numpy()
+            out = torch.zeros(c.size(0), n, dtype=torch.long)
+            for r in range(c.size(0)):
+                i = 0
+                for s in range(n):
+                    i = int(np.argsort(t[r, s, i], kind="stable")[-1])
+                    out[r, s] = c[r, s, i]
+            return out.reshape(*lead, n)
+        """, "a tie goes to the lower candidate index"),
 }
 
 
@@ -792,6 +866,24 @@ RIGHT = {
                     i = int(s[r, t, i].argmax())
                     out[r, t] = c[r, t, i]
             return torch.from_numpy(out).reshape(*lead, n)
+        """),
+    "probs_from_logits: top-k from a sort, the nucleus counted along a stable sort": ("probs_from_logits", """
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            x = logits.to(torch.float64)
+            V = x.size(-1)
+            if temperature == 0:
+                return torch.zeros_like(x).scatter(-1, x.argmax(-1, keepdim=True), 1.0)
+            if top_k is not None and int(top_k) < V:               # dividing by T > 0 keeps the order
+                kth = torch.sort(x, -1, descending=True).values[..., int(top_k) - 1: int(top_k)]
+                x = torch.where(x >= kth, x, torch.full_like(x, float("-inf")))
+            p = torch.softmax(x / temperature, -1)
+            if top_p is not None and top_p < 1:
+                sp, order = torch.sort(p, dim=-1, descending=True, stable=True)
+                n_keep = (sp.cumsum(-1) - sp < top_p).sum(-1, keepdim=True)    # a prefix of the ranking
+                kept = torch.where(torch.arange(V).expand_as(sp) < n_keep, sp, torch.zeros_like(sp))
+                p = torch.empty_like(p).scatter(-1, order, kept)
+                p = p / p.sum(-1, keepdim=True)
+            return p
         """),
     "loss_decay_weights: plain Python": ("loss_decay_weights", """
         import math
@@ -947,6 +1039,7 @@ SLOW_CLAIMS = {
     ctree.claim_accept_path_emits_each_nodes_distribution,
     # the meta device
     ct.claim_training_mask_is_made_on_the_anchors_device,
+    cv.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
 }
 
 
@@ -989,7 +1082,8 @@ def test_hint_3_filled_into_the_skeleton_passes_the_checker(tmp_path):
     statistical and decoding claims see what they see with the library's own rule, which passes them (the
     first test of this file). A deterministic function's direct claims compare it with the library's
     references case by case, on inputs of the kinds the decoders give it. training_mask's hint 3 makes every
-    tensor with device=anchors.device and reads no anchor into Python, all the meta-device claim asks."""
+    tensor with device=anchors.device and reads no anchor into Python, all the meta-device claim asks;
+    greedy_verify's reads the logits into Python (a loop over the rows), which its device claim accepts."""
     failed = {}
     for e in EXERCISES:
         path = filled_with_hint_3(tmp_path, e.name)
@@ -1016,6 +1110,8 @@ def test_a_failure_of_a_written_function_points_to_the_steps_and_an_unwritten_on
      cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token),
     ("greedy_walk: a numpy array instead of a LongTensor",
      ctree.claim_walk_takes_the_best_candidate_after_the_one_before),
+    ("accept_path: greedy, the bonus returned as a 0-d tensor",
+     ctree.claim_accept_path_follows_the_targets_token_down_the_tree),
 ])
 def test_a_value_of_another_kind_than_the_contract_states_points_to_the_contract(tmp_path, mistake, claim):
     from nanodflash.exercises.hints import which_hint
@@ -1026,6 +1122,24 @@ def test_a_value_of_another_kind_than_the_contract_states_points_to_the_contract
     level, why = which_hint(claim.__doc__, message)
     assert level is None and "contract" in why, \
         f"{mistake}: the contract states the kind of value, not a hint's steps; pointed to {level}: {why}"
+
+
+@pytest.mark.parametrize("mistake,step", [
+    ("greedy_verify: index tensors made on the CPU, whatever the logits' device", "on target_logits.device"),
+    ("greedy_verify: the top token from a descending sort, ties in its own order", "argmax of each row"),
+    ("probs_from_logits: the nucleus ranked by a sort that orders ties its own way", "the lower id first"),
+    ("accept_path: the greedy token from a float32 copy of the logits", "the argmax of the logits as given"),
+    ("accept_path: greedy draws too, from a one-hot p", "drawing nothing"),
+    ("multi_draft_verify: every draft rejected, the last residual's residual", "from the last r"),
+    ("greedy_walk: a tie to the higher candidate index (the last of an ascending argsort)",
+     "a tie: the lower index"),
+])
+def test_the_hint_a_failure_points_to_states_the_step_it_misses(mistake, step):
+    """These mistakes fail a claim on what the function computes (a Failed, not a BrokenContract), and
+    which_hint names hint 2 for it: hint 2 must then state the step."""
+    from nanodflash.exercises.hints import hint
+    name = WRONG[mistake][0]
+    assert step in " ".join(hint(BY_NAME[name], 2).split()), f"{name}'s hint 2 does not say {step!r}"
 
 
 def test_a_missing_file_is_a_clear_error(tmp_path):

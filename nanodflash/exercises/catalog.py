@@ -38,11 +38,12 @@ EXERCISES = [
              "accept, roll back'", 15, "keep the drafts the target agrees with, and the target's next token",
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
              "argmax of the row right after them. With R blocks at once, the same for each row (a loop is "
-             "fine), where a padding -1 equals no token.",
+             "fine), where a padding -1 equals no token; make any tensor you build on target_logits.device.",
              (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
               cv.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
-              cv.claim_greedy_speculative_equals_greedy_decoding,
-              cv.claim_batched_greedy_decoding_with_it_equals_greedy_decoding)),
+              cv.claim_batched_greedy_decoding_with_it_equals_greedy_decoding,
+              cv.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
+              cv.claim_greedy_speculative_equals_greedy_decoding)),
     Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs with the generator you are given "
@@ -78,8 +79,8 @@ EXERCISES = [
              "logits to the distribution plain sampling draws from: temperature, then top-k, then top-p",
              "T = 0: one-hot on the argmax. Else divide by T; keep the top_k largest logits (-inf "
              "elsewhere; all of them when top_k >= V); softmax; keep the smallest set of most likely tokens "
-             "whose mass reaches top_p; renormalise. Work along the last dimension, in float64, leaving the "
-             "logits you are given as they were.",
+             "whose mass reaches top_p (of equal ones, the lower id first); renormalise. Work along the "
+             "last dimension, in float64, leaving the logits you are given as they were.",
              (cs.claim_probs_agree_with_a_plain_reference,
               cs.claim_probs_stay_finite_for_large_logits_at_a_low_temperature,
               cs.claim_probs_work_on_a_batch_of_rows, cs.claim_sampled_decoding_stays_exact_with_it)),
@@ -106,10 +107,12 @@ EXERCISES = [
     Exercise("accept_path", "nanodflash.ext.tree",
              "trees: '3. Verify in one pass, and the path the target took'",
              25, "walk down the tree while the target's token is a child",
-             "at each node take y = the target's token as an int (argmax, or a draw with the generator from "
-             "probs_from_logits at the temperature); go to the child whose token is y (tree.children[node]); "
-             "stop when there is none and return (the nodes walked, root first; y).",
+             "at each node take y = the target's token as an int (greedy: the argmax of the logits as given, "
+             "drawing nothing; else a draw with the generator from probs_from_logits at the temperature); go "
+             "to the child whose token is y (tree.children[node]); stop when there is none and return (the "
+             "nodes walked, root first; y).",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cb.claim_greedy_accept_path_draws_nothing,
               ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
               ctree.claim_accept_path_emits_each_nodes_distribution,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
@@ -126,8 +129,9 @@ EXERCISES = [
              "DFlash 2, the selector: '4. The selector's walk, step by step'", 20,
              "DFlash 2's greedy walk through the candidates, one predecessor at a time",
              "start at row 0 of table[0] (after the anchor); at slot t take the candidate with the best "
-             "score in the row of the candidate chosen at slot t-1; return the chosen tokens. With R blocks "
-             "at once, the same walk for each row (a loop over the rows is fine).",
+             "score (a tie: the lower index) in the row of the candidate chosen at slot t-1; return the "
+             "chosen tokens. With R blocks at once, the same walk for each row (a loop over the rows is "
+             "fine).",
              (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
               ctree.claim_walk_takes_each_row_of_a_batch_on_its_own,
               ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
@@ -141,6 +145,7 @@ EXERCISES = [
              "residual against q before the next test; accepted: its position in draft_tokens and its "
              "token; none accepted: -1 and a draw, from the generator too, from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cb.claim_multi_draft_with_every_draft_rejected_emits_the_last_residual,
               cv.claim_multi_draft_accepts_more_with_more_drafts,
               cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
               cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),

@@ -131,6 +131,58 @@ def claim_multi_draft_after_a_rejection_emits_the_residual(student):
                          "normalize(max(0, r - q)), and return the index of the draft you keep (0-based).")
 
 
+def fmt(xs):
+    return "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+
+
+def follows(counts, r):
+    """Do token counts follow r: none where r is 0, and a chi-square p-value >= ALPHA?"""
+    return not ((r == 0) & (counts > 0)).any() and one_position_p_value(counts, r) >= ALPHA
+
+
+def claim_multi_draft_with_every_draft_rejected_emits_the_last_residual(student):
+    """when the target gives every draft probability 0, it rejects them all (index -1) and the token it emits
+    follows the last residual"""
+    p = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.05, 0.2, 0.0, 0.75], dtype=torch.float64)
+    g, n, r = torch.Generator().manual_seed(0), 600, p
+    for k in (1, 2):                                  # k drafts of token 3: each rejection leaves another r
+        r = residual_distribution(r, q)               # the last residual: [0.6, 0.4, 0, 0], then [0.733, ...]
+        counts = torch.zeros(p.numel())
+        for _ in range(n):
+            index, token = two_ints(student.fn(torch.full((k,), 3), q, p, g), "multi_draft_verify")
+            if index != -1:
+                raise Failed(f"drafts {[3] * k}: you returned index {index}, but p gives token 3 probability "
+                             "0, so every draft is rejected: return -1 and a draw from the last residual")
+            counts[token] += 1
+        if not follows(counts, r):
+            extra = follows(counts, residual_distribution(r, q))
+            raise Failed(f"with {k} draft(s) of token 3, which p = [0.5, 0.5, 0, 0] gives probability 0 (q = "
+                         f"[0.05, 0.2, 0, 0.75]), every draft is rejected and the token must follow the last "
+                         f"residual r = {fmt(r.tolist())}; yours {fmt((counts / n).tolist())} over {n} runs"
+                         + (". That is the residual of r once more: after the last rejection r is what is "
+                            "left, so draw from r itself" if extra else
+                            ": after each rejection r = residual_distribution(r, q); when every draft is "
+                            "rejected, draw from that last r"))
+
+
+def claim_greedy_accept_path_draws_nothing(student):
+    """greedy (T=0), it draws no random number: the generator it is given and torch's global random state
+    stay as they were"""
+    tree, logits = hand_made_tree()
+    g = torch.Generator().manual_seed(5)
+    before = [g.get_state(), torch.get_rng_state()]
+    student.fn(tree, logits, 0.0, None, None, g)
+    student.fn(tree, logits, 0.0, None, None, None)
+    after = [g.get_state(), torch.get_rng_state()]
+    names = ("the generator it is given", "torch's global random state")
+    drew = [what for what, a, b in zip(names, before, after) if not torch.equal(a, b)]
+    if drew:
+        raise Failed(f"at temperature 0 your accept_path draws from {' and '.join(drew)}: greedy takes the "
+                     "argmax at each node and draws nothing, so a greedy step leaves the random state of the "
+                     "sampled steps around it as it was")
+
+
 def reproducible(call, name):
     """Raise unless call(generator) draws its randomness from `generator` only: two calls with generators
     seeded alike return the same, and torch's global random state is left as it was."""

@@ -32,6 +32,10 @@ CASES = [
     # the next is not
     ([math.log(0.5), math.log(0.25), math.log(0.25)], 1.0, None, 0.5),
     ([math.log(0.5), math.log(0.25), math.log(0.25)], 1.0, None, 0.75),
+    # many equally likely tokens, more than torch's sort and topk keep in id order: the nucleus takes the
+    # lowest ids (ids 0 to 19 of 40; then three levels of 64 tokens, cut by top-k and top-p)
+    ([0.0] * 40, 1.0, None, 0.49),
+    ([float((7 * i) % 3) for i in range(64)], 0.7, 40, 0.6),
 ]
 
 
@@ -60,8 +64,12 @@ def reference_probs(logits, temperature, top_k, top_p):
     return probs
 
 
-def fmt(xs):
-    return "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+def fmt(xs, probs=False):
+    """A row for a message; a long one by its first values and, for probabilities, the ids they keep."""
+    if len(xs) <= 12:
+        return "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+    kept = f", nonzero at ids {[i for i, x in enumerate(xs) if x > 1e-12]}" if probs else ""
+    return "[" + ", ".join(f"{x:.3f}" for x in xs[:6]) + f", ... ({len(xs)} in all){kept}]"
 
 
 def top_p_first(logits, temperature, top_k, top_p):
@@ -96,8 +104,8 @@ def diagnose(logits, temperature, top_k, top_p, got):
     want = reference_probs(logits, temperature, top_k, top_p)
     n_want = sum(p > 1e-12 for p in want)
     if top_p is not None and sorted(round(p, 9) for p in got) == sorted(round(p, 9) for p in want):
-        return (" You kept another of two equally likely tokens: the contract ranks a tie by id, the lower "
-                "first (a stable sort, descending), so that the nucleus is one set.")
+        return (" You kept other tokens of equally likely ones: the contract ranks a tie by id, the lower "
+                "first (a stable sort, descending: stable=True), so that the nucleus is one set.")
     if top_k is not None and top_p is None and sum(p > 1e-12 for p in got) == top_k < n_want:
         return (" A logit that ties the k-th largest stays in: keep every logit >= the k-th (as the library "
                 "and Hugging Face's top-k do), not exactly k tokens.")
@@ -131,7 +139,8 @@ def claim_probs_agree_with_a_plain_reference(student):
         want = reference_probs(logits, temperature, top_k, top_p)
         if any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
             setting = f"temperature={temperature}, top_k={top_k}, top_p={top_p}"
-            raise Failed(f"for logits {fmt(logits)} with {setting}: yours {fmt(got)}, expected {fmt(want)}."
+            raise Failed(f"for logits {fmt(logits)} with {setting}: yours {fmt(got, True)}, expected "
+                         f"{fmt(want, True)}."
                          + diagnose(logits, temperature, top_k, top_p, got))
 
 

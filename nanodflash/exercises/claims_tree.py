@@ -7,7 +7,7 @@ from ..ext.batch import speculative_generate_batch
 from ..ext.tree import Tree, tree_speculative_generate, verify_tree
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
-from .check import BrokenContract, Failed
+from .check import BrokenContract, Failed, describe
 from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
 from .models import tiny_dflash2, tiny_target
 from .oracle import ALPHA, ancestors, one_position_p_value, random_tree, reference_walk
@@ -44,7 +44,8 @@ def claim_greedy_tree_decoding_equals_greedy_decoding(student):
 
 
 def claim_accept_path_follows_the_targets_token_down_the_tree(student):
-    """walks down the child whose token is the target's (argmax), then returns that token as the bonus"""
+    """walks down the child whose token is the target's (the argmax of the logits as given), then returns
+    that token, an int, as the bonus"""
     for seed in range(5):
         t = random_tree(seed, 12, vocab=64)
         logits = torch.randn(len(t), 64, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
@@ -54,10 +55,7 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
             logits[node, token] = 10.0
             node = child
             expect.append(node)
-        result = student.fn(t, logits)
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise BrokenContract(f"accept_path must return (path, bonus); yours returned {result!r}")
-        path, bonus = list(result[0]), int(result[1])
+        path, bonus = path_and_token(student.fn(t, logits))
         want_bonus = int(logits[node].argmax())
         if path != expect:
             j = next((j for j, (a, b) in enumerate(zip(path, expect)) if a != b), min(len(path), len(expect)))
@@ -70,6 +68,34 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
         if bonus != want_bonus:
             raise Failed(f"the bonus is the target's token at the last accepted node ({want_bonus}); yours "
                          f"{bonus}")
+    near_tie(student)
+
+
+def path_and_token(result):
+    """accept_path's result as (list of nodes, token), or BrokenContract when it is of another kind."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise BrokenContract(f"accept_path must return (path, bonus); yours returned {result!r}")
+    if not isinstance(result[1], int) or isinstance(result[1], bool):
+        raise BrokenContract(f"accept_path must return the next token as a Python int (int(x) of a tensor); "
+                             f"yours returned {describe(result[1])}: the decoder puts it in the list of ints "
+                             "it returns")
+    return list(result[0]), result[1]
+
+
+def near_tie(student):
+    """Greedy, at a root whose children hold tokens 4 and 6, and token 6's logit 1e-9 above token 4's."""
+    tree = Tree.root(5)
+    tree.add(0, 4, 0.0)                                                     # node 1
+    tree.add(0, 6, 0.0)                                                     # node 2
+    logits = torch.zeros(3, 8, dtype=torch.float64)
+    logits[0, 4], logits[0, 6] = 1.0, 1.0 + 1e-9
+    logits[2, 3] = 1.0                                                      # after node 2: token 3
+    got = path_and_token(student.fn(tree, logits))
+    if got != ([0, 2], 3):
+        raise Failed(f"at a root whose children hold tokens 4 (node 1) and 6 (node 2), with token 6's logit "
+                     f"1e-9 above token 4's in float64, yours gives {got}, the target's walk ([0, 2], 3): "
+                     "take the argmax of the logits as they come (a float32 cast rounds them into a tie, "
+                     "and a tie goes to the lower id)")
 
 
 def hand_made_tree():
@@ -164,7 +190,8 @@ def walk_cases():
 
 
 def claim_walk_takes_the_best_candidate_after_the_one_before(student):
-    """at each slot takes the best candidate after the one chosen at the slot before"""
+    """at each slot takes the best candidate after the one chosen at the slot before (of equal scores, the
+    lower index)"""
     for sel, hidden, logits in walk_cases():
         with torch.no_grad():                                # as the decoders call it
             cand, table = sel.transition_table(hidden, logits, anchor=7)
@@ -182,6 +209,17 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
                          "each "
                          "slot's best candidate given the one chosen before it, not the best of the slot on "
                          "its own.")
+    cand = torch.tensor([[11, 12, 13], [21, 22, 23]])
+    table = torch.zeros(2, 3, 3, dtype=torch.float64)
+    table[0, 0] = torch.tensor([1.0, 3.0, 3.0])                # after the anchor, candidates 1 and 2 tie
+    table[1, 1] = torch.tensor([5.0, 0.0, 5.0])                # after candidate 1, candidates 0 and 2 tie
+    got = student.fn(cand, table)
+    got = got.tolist() if isinstance(got, torch.Tensor) else got
+    if got != [12, 21]:
+        raise Failed(f"on a table with ties (after the anchor candidates 1 and 2 score 3, after candidate 1 "
+                     f"candidates 0 and 2 score 5) yours drafts {got}, the walk [12, 21]: a tie goes to the "
+                     "lower candidate index, the first maximum (as argmax takes it), or DFlash 2 drafts "
+                     "other tokens than the library's")
 
 
 def claim_walk_takes_each_row_of_a_batch_on_its_own(student):

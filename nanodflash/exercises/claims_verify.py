@@ -100,7 +100,8 @@ def claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token(stude
 
 
 def claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding(student):
-    """where two tokens tie for the target's top logit, takes the lower id, as plain greedy decoding does"""
+    """where tokens tie for the target's top logit (two of 8, 40 of 64), takes the lowest id, as plain greedy
+    decoding does"""
     logits = torch.zeros(3, 8, dtype=torch.float64)
     logits[:, 2] = logits[:, 5] = 1.0                                       # ids 2 and 5 tie in every row
     near = torch.zeros(2, 8, dtype=torch.float64)
@@ -117,6 +118,14 @@ def claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding(student):
                          f"{drafts.tolist()}, yours gives {got}, plain greedy decoding's argmax {want}: a "
                          "tie goes to the lower id (torch's argmax takes the first maximum), or the output "
                          "is no longer plain greedy decoding's")
+    many = torch.zeros(2, 64, dtype=torch.float64)
+    many[:, 10:50] = 1.0                                                    # ids 10 to 49 tie in both rows
+    got = two_ints(student.fn(torch.tensor([10]), many), "greedy_verify")
+    if got != (1, 10):
+        raise Failed(f"with ids 10 to 49 tied for the top logit (64 tokens) and draft 10, yours gives {got}, "
+                     "plain greedy decoding's argmax (1, 10): a tie goes to the lowest id. torch's argmax "
+                     "takes the first maximum; a sort, even descending, need not keep tied ids in order "
+                     "(stable=True does)")
 
 
 def greedy_drafters(target, block_size, tree=False):
@@ -186,6 +195,30 @@ def claim_batched_greedy_decoding_with_it_equals_greedy_decoding(student):
         if got != wants[:n_rows]:
             raise Failed(f"the batched decoder with your greedy_verify, {n_rows} row(s): not plain greedy "
                          "decoding's tokens (a padded draft, -1, matches no token)")
+
+
+def mixes_devices(error):
+    """Does an error say that tensors on two devices met (the meta device and the CPU)?"""
+    text = str(error).lower()
+    return "device" in text and "cpu" in text and "meta" in text
+
+
+def claim_greedy_verify_makes_its_tensors_on_the_logits_device(student):
+    """R blocks at once on the target's device: any tensor it makes is made there (the meta device, shapes
+    without data, stands in for a GPU)"""
+    drafts = torch.tensor([[5, -1], [5, 0]], device="meta")                 # as the batched decoder passes
+    logits = torch.zeros(2, 3, 8, dtype=torch.float64, device="meta")     # them: on the target's device
+    try:
+        student.fn(drafts, logits)
+    except RuntimeError as e:
+        if not mixes_devices(e):
+            if "meta" in str(e):        # it needs the values (a loop reads them): a GPU has them, meta not
+                return
+            raise
+        raise Failed(f"with the logits on another device ('meta' here, as a GPU's would be) it raised: {e}. "
+                     "The batched decoder passes tensors on the target's device: make every tensor you build "
+                     "on target_logits.device (torch.arange(n, device=target_logits.device)), or the "
+                     "decoder fails on a GPU") from None
 
 
 def exactly_p(student, verifier, configs=SAMPLED, n=N_SAMPLES, what="your rule"):

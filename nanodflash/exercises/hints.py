@@ -15,8 +15,10 @@ CONTRACTS = {
     Returns two Python ints: how many drafts greedy decoding would have produced itself, and the token it
     produces next. The decoder keeps exactly that many drafts plus that token, so greedy speculative output
     equals plain greedy output token for token. The batched decoder calls it for R rows at once:
-    draft_tokens (R, n), padded with -1 where a row has fewer drafts, and target_logits (R, n + 1, V); then it
-    returns two LongTensors of shape (R,) (a loop over the rows is fine).""",
+    draft_tokens (R, n), padded with -1 where a row has fewer drafts, and target_logits (R, n + 1, V), on the
+    target's device (a GPU); then it returns two LongTensors of shape (R,) (a loop over the rows is fine). A
+    tensor it makes must be on target_logits.device too: the check runs it on the meta device as a GPU's
+    stand-in.""",
     "match_verify": """
     Arguments: draft_tokens (n,), drafted by argmax; target_probs (n + 1, V), the target's distribution at
     each of the n + 1 positions; generator, a torch.Generator for every random draw. Returns (kept drafts,
@@ -60,7 +62,8 @@ CONTRACTS = {
     Arguments: tree (a nanodflash.ext.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
     target's scores at every node; temperature, top_k, top_p and generator as in sampling. Returns (the
     list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
-    equals plain greedy decoding; sampled, it follows the target's distribution.""",
+    equals plain greedy decoding, and nothing is drawn (the generator and torch's global random state stay
+    as they were); sampled, it follows the target's distribution.""",
     "keep_path": """
     Arguments: cache, the target's KVCache after a tree pass (node i's keys and values at position
     start + i); start, the position of the root; path, the kept nodes, root first. Returns nothing: it
@@ -71,6 +74,7 @@ CONTRACTS = {
     table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after the
     anchor). Returns the n chosen tokens as a LongTensor of shape (n,). R blocks at once, (R, n, K) and
     (R, n, K, K), return (R, n), each row walked on its own (the batched decoder walks every row in one call).
+    Of equal scores the lower candidate index wins (argmax's first maximum), so the drafts are the library's.
     DFlash 2 drafts each slot given the slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
