@@ -13,9 +13,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # uv installs into the venv, a few times faster than pip. It reads no pip config, so the wheel folders pip is
-# pointed at (where some machines keep a CPU build of torch) are passed on. The venv has no pip of its own:
-# `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package. (`=`: pip is asked only when a
-# recipe installs something, not on every make.)
+# pointed at (where some machines keep a CPU build of torch) are passed on. The venv's own pip installs uv,
+# so no system pip is needed; `.venv/bin/uv pip install --python .venv/bin/python PKG` adds a package. (`=`:
+# pip is asked only when a recipe installs something, not on every make.)
 FIND_LINKS  = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 # torch for the machine: without a wheel folder, uv picks the build from the machine (--torch-backend=auto:
 # the CPU build where no NVIDIA driver is found, so a laptop does not download a multi-GB CUDA build); with
@@ -34,8 +34,8 @@ export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 .PHONY: demo test notebooks install course smoke clean
 
 $(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv --without-pip $(VENV)
-	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv==0.13.9
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet uv==0.13.9
 	$(UV) -e .
 	touch $@
 
