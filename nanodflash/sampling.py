@@ -92,7 +92,8 @@ def _nucleus(probs, top_p, k):
     V = flat.size(-1)
     k, rows = max(1, min(k, V)), torch.arange(flat.size(0))
     size = torch.zeros(flat.size(0), 1, dtype=torch.long)                   # tokens in each row's nucleus,
-    smallest, mass = torch.zeros(2, flat.size(0), 1, dtype=flat.dtype)     # the least likely, their mass
+    smallest = torch.zeros(flat.size(0), 1, dtype=flat.dtype)               # the least likely kept,
+    mass = torch.zeros_like(smallest)                                        # and the nucleus's mass
     while rows.numel():                                                      # rows not placed yet
         top = flat[rows].topk(k, dim=-1).values                              # (n, k), largest first
         total = top.cumsum(-1)

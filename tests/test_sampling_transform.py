@@ -60,3 +60,11 @@ def test_a_uniform_rounding_up_to_the_total_still_draws_a_possible_token():
     probs = torch.tensor([[0.25, 0.75, 0.0, 0.0]], dtype=torch.float64)   # the last tokens are impossible
     with mock.patch("torch.rand", lambda *a, **k: torch.ones(1, 1, dtype=torch.float64)):
         assert int(sample(probs)) == 1, "u * total == total must pick the last possible token, not token 3"
+
+
+def test_top_p_works_outside_no_grad_as_calibration_calls_it():
+    logits = torch.randn(3, 64)
+    with torch.enable_grad():
+        probs = probs_from_logits(logits, temperature=0.7, top_p=0.9)
+    assert torch.allclose(probs.sum(-1), torch.ones(3, dtype=torch.float64)), \
+        f"top-p under grad mode must give distributions (calibration times steps with grad on): {probs}"

@@ -202,6 +202,7 @@ CODE = {
         return mask
         """,
     "accept_path": """
+        logits = logits.detach().cpu()       # the target's device (a GPU's) -> the CPU the generator draws on
         node, path = 0, [0]
         while True:
             if temperature == 0:
