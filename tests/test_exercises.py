@@ -329,6 +329,33 @@ WRONG = {
                 m[i] |= m[parent[i]]
             return m
         """, "after your tree_mask returned a tensor of shape"),
+    "residual_distribution: the ratio form p (1 - min(1, q / p)), NaN where p = q = 0": (
+        "residual_distribution", """
+        def residual_distribution(p, q):
+            r = p * (1 - torch.clamp(q / p, max=1.0))
+            s = r.sum(-1, keepdim=True)
+            return torch.where(s > 0, r / s, p)
+        """, "makes no NaN"),
+    "residual_distribution: only on q's support": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = torch.where(q > 0, (p - q).clamp_min(0), torch.zeros_like(p))
+            s = r.sum(-1, keepdim=True)
+            return torch.where(s > 0, r / s.clamp_min(1e-300), p)
+        """, "keeps its share"),
+    "probs_from_logits: top_k = 1 as the one-hot argmax": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            if top_k == 1 and temperature > 0:
+                return library(logits, 0.0)
+            return library(logits, temperature, top_k, top_p)
+        """, "A logit that ties the k-th largest stays in"),
+    "probs_from_logits: a very low temperature taken as greedy": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            return library(logits, 0.0 if temperature < 0.01 else temperature, top_k, top_p)
+        """, "never switch to greedy below some T"),
     "residual_distribution: no clamp at 0": ("residual_distribution", """
         def residual_distribution(p, q):
             r = p - q

@@ -36,6 +36,8 @@ CASES = [
     # lowest ids (ids 0 to 19 of 40; then three levels of 64 tokens, cut by top-k and top-p)
     ([0.0] * 40, 1.0, None, 0.49),
     ([float((7 * i) % 3) for i in range(64)], 0.7, 40, 0.6),
+    ([2.0, 2.0, 0.0], 1.0, 1, None),                        # top_k = 1 with a tie at the top: both kept
+    ([1.0, 1.005, 0.0], 0.005, None, None),                  # a near tie at a very low temperature: sampled
 ]
 
 
@@ -118,6 +120,9 @@ def diagnose(logits, temperature, top_k, top_p, got):
                     "top_p).")
         if n_got == n_want + 1:
             return " You kept one token too many: stop once the tokens kept hold at least top_p of the mass."
+    if 0 < temperature < 0.05 and max(got) > 1 - 1e-12 > max(want):
+        return (" At a very low temperature a near tie is still sampled: divide by T however small (in "
+                "float64, or subtract the largest logit first), never switch to greedy below some T.")
     if abs(sum(got) - 1) > 1e-6:
         return f" Your probabilities sum to {sum(got):.4f}: renormalise after truncating."
     return ""

@@ -351,6 +351,14 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
         raise Failed(f"for p = [0.5, 0.5] and q = [0.5 - 4e-7, 0.5 + 4e-7] yours gives {r.tolist()}, the "
                      "residual [1, 0]: any mass left, however small, is the residual; only none at all (an "
                      "exact 0 sum) gives p back, so no threshold")
+    zero_p = torch.tensor([[0.6, 0.4, 0.0, 0.0]] * 2, dtype=torch.float64)
+    zero_q = torch.tensor([[0.9, 0.1, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    r = student.fn(zero_p, zero_q)
+    if not torch.allclose(r, torch.tensor([[0.0, 1.0, 0.0, 0.0]] * 2, dtype=torch.float64), atol=1e-9):
+        raise Failed(f"for p = [0.6, 0.4, 0, 0] with q = [0.9, 0.1, 0, 0], then q = [1, 0, 0, 0], yours "
+                     f"gives {r.tolist()}, the residual [0, 1, 0, 0] both times: a token p and q both give "
+                     "0 (a low temperature makes many) takes none of it and makes no NaN, and a token q "
+                     "gives 0 but p does not keeps its share")
     same = student.fn(p, p)
     if not torch.allclose(same, p, atol=1e-9):
         raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "
