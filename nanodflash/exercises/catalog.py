@@ -146,9 +146,9 @@ EXERCISES = [
              "token; none accepted: -1 and a draw, from the generator too, from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cb.claim_multi_draft_with_every_draft_rejected_emits_the_last_residual,
-              cv.claim_multi_draft_accepts_more_with_more_drafts,
-              cb.claim_multi_draft_after_a_rejection_emits_the_residual, cv.claim_multi_draft_emits_exactly_p,
-              cv.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
+              cb.claim_multi_draft_accepts_more_with_more_drafts,
+              cb.claim_multi_draft_after_a_rejection_emits_the_residual, cb.claim_multi_draft_emits_exactly_p,
+              ctree.claim_sampled_tree_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "
              "residual_distribution"),
 ]

@@ -18,7 +18,7 @@ from ..verify import residual_distribution
 from .check import Failed
 from .claims_tree import hand_made_tree
 from .claims_verify import two_ints
-from .oracle import ALPHA, one_position_p_value, rule_counts
+from .oracle import ALPHA, far_apart, one_position_p_value, rule_counts
 
 V = 6               # tokens of the hand-made rows
 N_DRAFTS = 2        # drafts per block: rows 0 and 1 test kept drafts and rejections, row 2 the bonus
@@ -225,3 +225,40 @@ def claim_sampled_rules_draw_only_from_their_generator(student):
     for call in generator_calls(student.name, student.fn):
         for _ in range(3):
             reproducible(call, student.name)
+
+
+def claim_multi_draft_emits_exactly_p(student):
+    """one position, 1, 2 and 4 drafts from q: the emitted token has exactly the target's p"""
+    for seed in (0, 1):
+        p, q = far_apart(seed)
+        for k in (1, 2, 4):
+            value = one_position_p_value(rule_counts(student.fn, p, q, k), p)
+            if not value >= ALPHA:                      # a NaN p-value fails too
+                raise Failed(f"with {k} drafts the emitted tokens do not follow p: chi-square p = "
+                             f"{value:.1e} over 4000 draws (a correct rule fails with probability 1e-4). "
+                             "Test the drafts in the order given, one uniform each, against r (p at first); "
+                             "after every rejection, a repeated draft's too, r = residual_distribution(r, q) "
+                             "before the next test; when all are rejected, draw from the last r.")
+
+
+def claim_multi_draft_accepts_more_with_more_drafts(student):
+    """accepts a draft more often with more drafts (2 beat 1, 4 beat 2), and the index it returns is the
+    accepted draft's, repeated drafts counted"""
+    p, q = far_apart(0)
+    g = torch.Generator().manual_seed(2)
+    rates = []
+    for k in (1, 2, 4):
+        hits = 0
+        for _ in range(2000):
+            drafts = torch.multinomial(q, k, replacement=True, generator=g)
+            i, token = two_ints(student.fn(drafts, q, p, g), "multi_draft_verify")
+            if i >= 0 and int(drafts[i]) != token:
+                raise Failed(f"drafts {drafts.tolist()}: you returned index {i} and token {token}, but draft "
+                             f"{i} is {int(drafts[i])}: return the position of the accepted draft in "
+                             "draft_tokens, repeated drafts counted (a sampled tree moves to child i)")
+            hits += i >= 0
+        rates.append(hits / 2000)
+    if not rates[0] < rates[1] < rates[2]:
+        raise Failed(f"it accepts a draft {rates[0]:.2f} / {rates[1]:.2f} / {rates[2]:.2f} of the time with "
+                     "1 / 2 / 4 drafts: width must pay (return the index of the accepted draft, -1 when none "
+                     "is)")

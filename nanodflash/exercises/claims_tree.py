@@ -1,16 +1,28 @@
-"""The claims of the tree exercises (tree_mask, accept_path, keep_path) and of DFlash 2's greedy walk."""
+"""The claims of the tree exercises (tree_mask, accept_path, keep_path) and of DFlash 2's greedy walk, and
+tree decoding against the exact distribution (trees_exactly_p), sampled trees' included."""
 
 import torch
 
 from ..dflash2 import CandidateSelector
 from ..ext.batch import speculative_generate_batch
+from ..ext.sampled_tree import SampledDraws
 from ..ext.tree import Tree, tree_speculative_generate, verify_tree
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
 from .check import BrokenContract, Failed, describe
-from .claims_verify import PROMPTS, compare_with_greedy, trees_exactly_p
-from .models import tiny_dflash2, tiny_target
-from .oracle import ALPHA, ancestors, one_position_p_value, random_tree, reference_walk
+from .claims_verify import PROMPTS, compare_with_greedy
+from .models import small_drafters, small_target, tiny_dflash2, tiny_target
+from .oracle import (
+    ALPHA,
+    N_OTHER_PATHS,
+    ancestors,
+    chi_square_p_value,
+    exact_distribution,
+    one_position_p_value,
+    random_tree,
+    reference_walk,
+    tree_counts,
+)
 
 
 def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
@@ -277,3 +289,24 @@ def claim_batched_dflash2_decoding_with_it_equals_greedy_decoding(student):
         if got != want:
             raise Failed(f"the batched decoder with your walk, {len(prompts)} row(s): not plain greedy "
                          "decoding's tokens")
+
+
+def trees_exactly_p(student, configs, draws=None, hint=""):
+    """Tree decoding (6 nodes) on the enumerable pair, with the student's piece in place, against the exact
+    distribution, for each (temperature, top_k, top_p) of configs; draws: a sampled tree's (SampledDraws)."""
+    target = small_target()
+    drafter = small_drafters(target)["dflash"]
+    for temperature, top_k, top_p in configs:
+        exact = exact_distribution(target, temperature, top_k, top_p)
+        with student.installed():
+            counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws)
+        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
+        if not value >= ALPHA:                      # a NaN p-value fails too
+            raise Failed(f"tree decoding with your function does not follow the target's distribution at "
+                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
+                         "rule fails with probability 1e-4)." + hint)
+
+
+def claim_sampled_tree_decoding_has_exactly_the_targets_distribution(student):
+    """sampled-tree decoding with it has exactly the target's distribution (T=1; T=0.7 with top-p 0.8)"""
+    trees_exactly_p(student, [(1.0, None, None), (0.7, None, 0.8)], draws=SampledDraws())

@@ -1,7 +1,7 @@
-"""The claims of the verification exercises: greedy_verify, match_verify, rejection_verify,
-residual_distribution and multi_draft_verify. Each claim's docstring is the claim; it raises Failed with
-what went wrong (check.py). References come from oracle.py and from the library's originals, imported here
-before any swap.
+"""The claims of the verification exercises: greedy_verify, match_verify, rejection_verify and
+residual_distribution (multi_draft_verify's are in claims_block.py, sampled trees' in claims_tree.py). Each
+claim's docstring is the claim; it raises Failed with what went wrong (check.py). References come from
+oracle.py and from the library's originals, imported here before any swap.
 """
 
 import itertools
@@ -9,7 +9,6 @@ import itertools
 import torch
 
 from ..ext.batch import speculative_generate_batch
-from ..ext.sampled_tree import SampledDraws
 from ..sampling import sample
 from ..speculative import generate, speculative_generate
 from ..verify import greedy_verify, residual_distribution
@@ -18,8 +17,6 @@ from .models import (
     OracleDrafter,
     OracleTreeDrafter,
     random_prefix,
-    small_drafters,
-    small_target,
     soft_pair,
     tiny_dflash2,
     tiny_drafter,
@@ -27,15 +24,10 @@ from .models import (
 )
 from .oracle import (
     ALPHA,
-    N_OTHER_PATHS,
     N_SAMPLES,
     batched_counts,
     chi_square_p_value,
     exact_distribution,
-    far_apart,
-    one_position_p_value,
-    rule_counts,
-    tree_counts,
 )
 
 PROMPTS = [[3], [7, 1, 4, 1, 5, 9, 2, 6], list(range(10, 40))]   # the greedy claims' prompts
@@ -363,61 +355,3 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
     if not torch.allclose(same, p, atol=1e-9):
         raise Failed("with p == q there is no residual mass (0 / 0); it must give p back (no NaN): "
                      "a rejection cannot happen then, but the function is still called on batches")
-
-
-def claim_multi_draft_emits_exactly_p(student):
-    """one position, 1, 2 and 4 drafts from q: the emitted token has exactly the target's p"""
-    for seed in (0, 1):
-        p, q = far_apart(seed)
-        for k in (1, 2, 4):
-            value = one_position_p_value(rule_counts(student.fn, p, q, k), p)
-            if not value >= ALPHA:                      # a NaN p-value fails too
-                raise Failed(f"with {k} drafts the emitted tokens do not follow p: chi-square p = "
-                             f"{value:.1e} over 4000 draws (a correct rule fails with probability 1e-4). "
-                             "Test the drafts in the order given, one uniform each, against r (p at first); "
-                             "after every rejection, a repeated draft's too, r = residual_distribution(r, q) "
-                             "before the next test; when all are rejected, draw from the last r.")
-
-
-def claim_multi_draft_accepts_more_with_more_drafts(student):
-    """accepts a draft more often with more drafts (2 beat 1, 4 beat 2), and the index it returns is the
-    accepted draft's, repeated drafts counted"""
-    p, q = far_apart(0)
-    g = torch.Generator().manual_seed(2)
-    rates = []
-    for k in (1, 2, 4):
-        hits = 0
-        for _ in range(2000):
-            drafts = torch.multinomial(q, k, replacement=True, generator=g)
-            i, token = two_ints(student.fn(drafts, q, p, g), "multi_draft_verify")
-            if i >= 0 and int(drafts[i]) != token:
-                raise Failed(f"drafts {drafts.tolist()}: you returned index {i} and token {token}, but draft "
-                             f"{i} is {int(drafts[i])}: return the position of the accepted draft in "
-                             "draft_tokens, repeated drafts counted (a sampled tree moves to child i)")
-            hits += i >= 0
-        rates.append(hits / 2000)
-    if not rates[0] < rates[1] < rates[2]:
-        raise Failed(f"it accepts a draft {rates[0]:.2f} / {rates[1]:.2f} / {rates[2]:.2f} of the time with "
-                     "1 / 2 / 4 drafts: width must pay (return the index of the accepted draft, -1 when none "
-                     "is)")
-
-
-def trees_exactly_p(student, configs, draws=None, hint=""):
-    """Tree decoding (6 nodes) on the enumerable pair, with the student's piece in place, against the exact
-    distribution, for each (temperature, top_k, top_p) of configs; draws: a sampled tree's (SampledDraws)."""
-    target = small_target()
-    drafter = small_drafters(target)["dflash"]
-    for temperature, top_k, top_p in configs:
-        exact = exact_distribution(target, temperature, top_k, top_p)
-        with student.installed():
-            counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws)
-        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
-        if not value >= ALPHA:                      # a NaN p-value fails too
-            raise Failed(f"tree decoding with your function does not follow the target's distribution at "
-                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
-                         "rule fails with probability 1e-4)." + hint)
-
-
-def claim_sampled_tree_decoding_has_exactly_the_targets_distribution(student):
-    """sampled-tree decoding with it has exactly the target's distribution (T=1; T=0.7 with top-p 0.8)"""
-    trees_exactly_p(student, [(1.0, None, None), (0.7, None, 0.8)], draws=SampledDraws())
