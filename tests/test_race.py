@@ -29,6 +29,15 @@ def greedy_race(target, drafter):
     return record_race(Tok(), target, drafter, [1, 2, 3], 16, repeats=2)
 
 
+
+def projected(page):
+    """A browser showing `page` in a 1280x720 viewport, a projector's."""
+    driver = browser(1280, 720)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           dict(width=1280, height=720, deviceScaleFactor=1, mobile=False))
+    driver.get(page.as_uri())
+    return driver
+
 def test_greedy_lanes_emit_plain_greedy_decodings_tokens(greedy_race, target):
     plain = generate(target, [1, 2, 3], 16)
     for lane in greedy_race["lanes"]:
@@ -83,11 +92,8 @@ def test_the_race_page_plays_to_the_end_opens_steps_and_computes_the_panel_as_py
     assert result.returncode == 0, result.stderr
     data, whatif = page_data(page, "race-data"), page_data(page, "race-wi-data")
     show = lambda i: visible(data["tokens"][str(i)])     # noqa: E731
-    driver = browser()
+    driver = projected(page)
     try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               dict(width=1280, height=720, deviceScaleFactor=1, mobile=False))
-        driver.get(page.as_uri())
         by_id = lambda name: driver.find_element("id", "race-" + name)   # noqa: E731
         js = driver.execute_script
         boxes = [by_id("lane-" + lane["key"]).rect for lane in data["lanes"]]
@@ -157,11 +163,8 @@ def test_at_1280x720_the_what_if_panel_stays_in_view_beside_the_lanes_and_opens_
         greedy_race, tmp_path):
     page = write_race_page(greedy_race, tmp_path / "race.html")
     whatif = greedy_race["whatif"]
-    driver = browser(1280, 720)
+    driver = projected(page)
     try:
-        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                               dict(width=1280, height=720, deviceScaleFactor=1, mobile=False))
-        driver.get(page.as_uri())
         by_id = lambda name: driver.find_element("id", "race-" + name)   # noqa: E731
         js = driver.execute_script
 
