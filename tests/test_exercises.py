@@ -714,6 +714,38 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(torch.multinomial(r, 1))
         """, "draws from torch's global random state"),
+    "rejection_verify: a fresh generator when none is given": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            generator = generator or torch.Generator()       # its fixed seed: every run decodes alike
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if not u[i] * draft_probs[i, d] < target_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "a fresh torch.Generator() replays one fixed seed"),
+    "multi_draft_verify: a fresh generator when none is given": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            generator = generator if generator is not None else torch.Generator().manual_seed(0)
+            r, q = target_probs, draft_probs
+            for i, d in enumerate(draft_tokens.tolist()):
+                if float(torch.rand((), generator=generator, dtype=torch.float64)) * q[d] < r[d]:
+                    return i, d
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "a fresh torch.Generator() replays one fixed seed"),
+    "greedy_walk: numpy on the drafter's device, never moved to the CPU": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            scores, c = table.detach().reshape(-1, n, K, K).numpy(), cand.reshape(-1, n, K).numpy()
+            out = np.zeros((len(scores), n), dtype=np.int64)
+            for r in range(len(scores)):
+                i = 0
+                for t in range(n):
+                    i = int(scores[r, t, i].argmax())
+                    out[r, t] = c[r, t, i]
+            return torch.from_numpy(out).reshape(*lead, n)
+        """, ".cpu() before .numpy()"),
     "probs_from_logits: top_k larger than the vocabulary not clamped": ("probs_from_logits", """
         def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
             logits = logits.double()
@@ -1172,6 +1204,16 @@ def test_the_hint_a_failure_points_to_states_the_step_it_misses(mistake, step):
 def test_a_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(StudentFileError, match="start greedy_verify"):
         load_function(str(tmp_path / "none.py"), "greedy_verify", BY_NAME["greedy_verify"].original())
+
+
+def test_a_default_other_than_the_librarys_is_refused_by_name(tmp_path):
+    """The decoders call probs_from_logits without top_k and top_p: a student's own defaults (a common
+    library's top_k=50, top_p=0.9) would silently change the drafter's q."""
+    path = tmp_path / "probs_from_logits.py"
+    path.write_text("def probs_from_logits(logits, temperature=1, top_k=50, top_p=None):\n"
+                    "    return logits\n")
+    with pytest.raises(StudentFileError, match="top_k defaults to 50, the library's to None"):
+        load_function(str(path), "probs_from_logits", BY_NAME["probs_from_logits"].original())
 
 
 def test_the_swap_reaches_every_module_that_imported_the_function_and_is_undone_after():

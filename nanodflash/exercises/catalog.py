@@ -131,9 +131,10 @@ EXERCISES = [
              "start at row 0 of table[0] (after the anchor); at slot t take the candidate with the best "
              "score (a tie: the lower index) in the row of the candidate chosen at slot t-1; return the "
              "chosen tokens. With R blocks at once, the same walk for each row (a loop over the rows is "
-             "fine).",
+             "fine). Tensors come on the drafter's device: .cpu() before any .numpy().",
              (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
               ctree.claim_walk_takes_each_row_of_a_batch_on_its_own,
+              ctree.claim_walk_takes_tensors_on_the_drafters_device,
               ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
               ctree.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding),
              "import numpy as np\nimport torch"),

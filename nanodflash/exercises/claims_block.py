@@ -211,7 +211,9 @@ def generator_calls(name, fn):
     if name == "multi_draft_verify":
         drafts = sample(q[0].expand(3, -1), torch.Generator().manual_seed(0))
         zero = (p[0] == 0).nonzero().flatten()[:1].repeat(3)                   # p gives them nothing
-        return [lambda g: fn(drafts, q[0], p[0], g), lambda g: fn(zero, q[0], p[0], g)]
+        doubtful = (p[0] / q[0]).masked_fill(p[0] == 0, 2.0).argmin().repeat(3)  # p/q least, not 0
+        return [lambda g: fn(drafts, q[0], p[0], g), lambda g: fn(zero, q[0], p[0], g),
+                lambda g: fn(doubtful, q[0], p[0], g)]
     drafts = sample(q, torch.Generator().manual_seed(0))
     if name == "match_verify":
         sure = torch.nn.functional.one_hot(drafts, p.size(-1)).double()  # the target sure of each
@@ -221,10 +223,33 @@ def generator_calls(name, fn):
 
 def claim_sampled_rules_draw_only_from_their_generator(student):
     """draws every random number from the generator it is given, on every path through it (a block cut
-    short, a block fully accepted, every draft rejected): a seeded run repeats"""
-    for call in generator_calls(student.name, student.fn):
+    short, a block fully accepted, every draft rejected): a seeded run repeats; given none, it draws from
+    torch's global random state, as the decoders at their default generator=None expect"""
+    calls = generator_calls(student.name, student.fn)
+    for call in calls:
         for _ in range(3):
             reproducible(call, student.name)
+    for call, library_call in zip(calls, generator_calls(student.name, student.original)):
+        if len({repr(library_call(None)) for _ in range(12)}) > 1:      # a call whose draws show
+            follows_the_global_seed(call, student.name)
+
+
+def follows_the_global_seed(call, name, seeds=range(12)):
+    """Raise unless call(None) gives the same under one global seed and not the same under every seed."""
+    results = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        results.append(repr(call(None)))
+    torch.manual_seed(seeds[0])
+    if repr(call(None)) != results[0]:
+        raise Failed(f"with generator=None your {name} gave two results under one torch.manual_seed: "
+                     "without a generator, draw from torch's global random state (sample(p, None), "
+                     "torch.rand(...) with generator=None)")
+    if len(set(results)) == 1:
+        raise Failed(f"with generator=None your {name} returned {results[0]} under each of {len(results)} "
+                     "global seeds: a fresh torch.Generator() replays one fixed seed, so every run decodes "
+                     "alike. Pass generator=None on (sample(p, None), torch.rand(..., generator=None)): "
+                     "torch then draws from its global random state")
 
 
 def claim_multi_draft_emits_exactly_p(student):

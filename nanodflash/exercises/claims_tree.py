@@ -270,6 +270,18 @@ def claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding(student):
                          f"{stats.acceptance_lengths[:8]}...")
 
 
+def claim_walk_takes_tensors_on_the_drafters_device(student):
+    """takes cand and table on the drafter's device, as the decoders pass them (the meta device, shapes
+    without data, stands in for a GPU): what it hands to numpy it moves to the CPU first"""
+    cand = torch.zeros(4, 3, dtype=torch.long, device="meta")
+    table = torch.zeros(4, 3, 3, dtype=torch.float64, device="meta")
+    try:
+        student.fn(cand, table)
+    except Exception as e:                  # .cpu() of a meta tensor raises too: there a GPU would copy
+        if "numpy" in str(e):
+            raise Failed(f"with cand and table on another device ('meta' here, as a GPU's would be) it "
+                         f"raised: {str(e).rstrip('.')}. The decoders pass the drafter's tensors: .cpu() "
+                         "before .numpy() (on the CPU it costs nothing)") from None
 
 
 def claim_batched_dflash2_decoding_with_it_equals_greedy_decoding(student):

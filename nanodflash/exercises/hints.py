@@ -75,7 +75,8 @@ CONTRACTS = {
     anchor). Returns the n chosen tokens as a LongTensor of shape (n,). R blocks at once, (R, n, K) and
     (R, n, K, K), return (R, n), each row walked on its own (the batched decoder walks every row in one call).
     Of equal scores the lower candidate index wins (argmax's first maximum), so the drafts are the library's.
-    DFlash 2 drafts each slot given the slot before it, which independent per-slot choices cannot.""",
+    Both come on the drafter's device (a GPU's): move what you hand to numpy to the CPU first. DFlash 2
+    drafts each slot given the slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
     generator for every draw. Returns (the index of the draft that was accepted, or -1 when none was; the

@@ -47,11 +47,33 @@ def load_function(path, name, original):
     if got != want:
         raise StudentFileError(f"{path}: {name}{signature_text(fn)} should take ({', '.join(want)}), "
                                "the library's parameters")
+    for param, (mine, library) in changed_defaults(fn, original).items():
+        raise StudentFileError(f"{path}: {name}'s {param} defaults to {mine}, the library's to {library}; "
+                               "the decoders call it without that argument, so keep the library's default")
     return fn
 
 
 def parameter_names(fn):
     return [p for p in inspect.signature(fn).parameters]
+
+
+def changed_defaults(fn, original):
+    """{parameter: (fn's default, original's default)} where both have one and the two differ (a missing
+    default is no harm: a call that leaves the argument out then raises, and says which)."""
+    mine, library = default_values(fn), default_values(original)
+    empty = inspect.Parameter.empty
+    given = [n for n in library if mine[n] is not empty and library[n] is not empty]
+    return {n: (repr(mine[n]), repr(library[n])) for n in given if not same_default(mine[n], library[n])}
+
+
+def default_values(fn):
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()}
+
+
+def same_default(a, b):
+    """The same default: one object, or equal numbers (temperature=1 for 1.0) or strings."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return a is b or ((numbers or all(isinstance(v, str) for v in (a, b))) and a == b)
 
 
 def signature_text(fn):
