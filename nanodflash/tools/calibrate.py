@@ -228,42 +228,70 @@ def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
     return out
 
 
+def batch_prompts(target, drafter, rows):
+    """`rows` prompts of the timed context, row r's CONTEXT - r % 3 tokens long (the ragged write and mask
+    are the loop's)."""
+    n = min(CONTEXT, target.config.max_seq_len - 3 * drafter.block_size)
+    context = [i % target.config.vocab_size for i in range(n)]
+    return [context[: n - r % 3] for r in range(rows)]
+
+
+def repeatable_step(batch, step):
+    """A call of batch's `step` that is put back after it (the emitted tokens, the cache lengths, the
+    drafter's context), so it can be timed again and again from one prefilled state."""
+    batch.prefill()
+    outs, lens = [len(o) for o in batch.outs], list(batch.cache.lengths)
+    mark = batch.context.mark() if isinstance(batch, SpecBatch) else None
+
+    def call():
+        step()
+        for out, k in zip(batch.outs, outs):
+            del out[k:]
+        batch.cache.lengths, batch.cache.length = list(lens), max(lens)
+        if mark is not None:
+            batch.context.rewind(mark)
+    return call
+
+
+def plain_batch_step(target, drafter, rows, sampled):
+    """A repeatable plain batched step of `rows` rows (PlainBatch.plain_step: what plain batched decoding pays
+    per token), at SAMPLED_T if sampled."""
+    T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
+    plain = PlainBatch(target, batch_prompts(target, drafter, rows), 2 * drafter.block_size, temperature=T,
+                       generator=g)
+    return repeatable_step(plain, plain.plain_step), plain.device
+
+
 @torch.no_grad()
 def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False, sizes=COST_TOKENS):
-    """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step
-    (PlainBatch.plain_step: what plain batched decoding pays per token), at the other COST_TOKENS sizes up to
-    the drafter's block size a batched speculative step as the loop runs it (SpecBatch.step: draft t-1
-    tokens per row, verify t per row, emit, project into the drafter's context), each put back after it is
-    timed. Row r's context is CONTEXT - r % 3 tokens long, so the ragged write and mask are the loop's.
+    """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step, at the
+    other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the loop runs it
+    (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's context).
     sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does); sizes: the
     block sizes timed (none: the plain batched step alone)."""
     B = drafter.block_size
-    n = min(CONTEXT, target.config.max_seq_len - 3 * B)
-    context = [i % target.config.vocab_size for i in range(n)]
-    prompts = [context[: n - r % 3] for r in range(rows)]
-
-    def timed_step(batch, step):
-        batch.prefill()
-        outs, lens = [len(o) for o in batch.outs], list(batch.cache.lengths)
-        mark = batch.context.mark() if isinstance(batch, SpecBatch) else None
-
-        def call():
-            step()
-            for out, k in zip(batch.outs, outs):
-                del out[k:]
-            batch.cache.lengths, batch.cache.length = list(lens), max(lens)
-            if mark is not None:
-                batch.context.rewind(mark)
-        return call
-
     T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
-    plain = PlainBatch(target, prompts, 2 * B, temperature=T, generator=g)
-    steps = {1: timed_step(plain, plain.plain_step)}
+    plain, device = plain_batch_step(target, drafter, rows, sampled)
+    steps = {1: plain}
     for t in sizes:
         if 1 < t <= B:
-            spec = SpecBatch(target, drafter, prompts, 2 * B, block_size=t, temperature=T, generator=g)
-            steps[t] = timed_step(spec, spec.step)
-    return median_seconds(steps, plain.device, n_calls)
+            spec = SpecBatch(target, drafter, batch_prompts(target, drafter, rows), 2 * B, block_size=t,
+                             temperature=T, generator=g)
+            steps[t] = repeatable_step(spec, spec.step)
+    return median_seconds(steps, device, n_calls)
+
+
+@torch.no_grad()
+def time_plain_batches(target, drafter, rows, n_calls=N_CALLS):
+    """{kind: {rows: a plain batched step's seconds}} for every row count, greedy and sampled, all in one
+    interleaved loop: a batch is priced by these seconds at the rows it has left, so a slow moment of the
+    machine must weigh on every row count alike, not shift one of them."""
+    steps, device = {}, None
+    for kind in ("greedy", "sampled"):
+        for R in rows:
+            steps[kind, str(R)], device = plain_batch_step(target, drafter, R, kind == "sampled")
+    seconds = median_seconds(steps, device, n_calls)
+    return {kind: {str(R): seconds[kind, str(R)] for R in rows} for kind in ("greedy", "sampled")}
 
 
 def run_text(tok, out_dir):
@@ -287,14 +315,12 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
     B = drafter.block_size
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
-    plain = {kind: {} for kind in costs}
     with using_threads(threads["speculative"]):
+        plain = time_plain_batches(target, drafter, rows, n_calls)
         for R in rows:
             for kind in costs:
-                seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled",
-                                           COST_TOKENS if R > 1 else ())
-                plain[kind][str(R)] = seconds[1]
-                if R > 1:
+                if R > 1:                                # batch 1's costs: time_single_steps'
+                    seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled")
                     costs[kind][str(R)] = relative_costs(seconds, B)
                 log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per "
                     f"row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
