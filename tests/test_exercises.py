@@ -746,6 +746,75 @@ WRONG = {
                     out[r, t] = c[r, t, i]
             return torch.from_numpy(out).reshape(*lead, n)
         """, ".cpu() before .numpy()"),
+    "accept_path: the logits left on the target's device": ("accept_path", accept_path_answer(
+        ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"]),
+        "move them to the CPU first"),
+    "greedy_walk: the best candidate by topk(1), its own order of ties": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            scores, c = table.detach().cpu().reshape(-1, n, K, K), cand.cpu().reshape(-1, n, K)
+            out = torch.zeros(c.size(0), n, dtype=torch.long)
+            for r in range(c.size(0)):
+                i = 0
+                for t in range(n):
+                    i = int(scores[r, t, i].topk(1).indices[0])
+                    out[r, t] = c[r, t, i]
+            return out.reshape(*lead, n)
+        """, "torch.topk and sorts order ties"),
+    "match_verify: the draft zeroed in the target's row, in place": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            for i, d in enumerate(draft_tokens.tolist()):
+                if float(torch.rand((), generator=generator, dtype=torch.float64)) < target_probs[i, d]:
+                    continue
+                row = target_probs[i]
+                row[d] = 0.0                               # p without d, in the decoder's own tensor
+                return i, int(sample(row, generator))
+            n = draft_tokens.numel()
+            return n, int(sample(target_probs[n], generator))
+        """, "changed its argument target_probs in place"),
+    "residual_distribution: p - q computed in p's own memory": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = p.sub_(q).clamp_(min=0)
+            total = r.sum(-1, keepdim=True)
+            return torch.where(total > 0, r / total, p)
+        """, "it changed p in place"),
+    "residual_distribution: computed in float32": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p.float() - q.float()).clamp_min(0)
+            total = r.sum(-1, keepdim=True)
+            return torch.where(total > 0, r / total, p.float())
+        """, "of that shape and dtype"),
+    "multi_draft_verify: the drafts tested most likely under q first": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q, tokens = target_probs, draft_probs, draft_tokens.tolist()
+            order = sorted(range(len(tokens)), key=lambda i: -float(q[tokens[i]]))
+            u = torch.rand(len(tokens), generator=generator, dtype=torch.float64)
+            for j, i in enumerate(order):
+                if u[j] * q[tokens[i]] < r[tokens[i]]:
+                    return i, tokens[i]
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "Test the drafts in the order given"),
+    "multi_draft_verify: a repeated draft skipped, no residual step": ("multi_draft_verify", """
+        def multi_draft_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            r, q, seen = target_probs, draft_probs, set()
+            u = torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if d in seen:                                  # "it would be rejected again"
+                    continue
+                if u[i] * q[d] < r[d]:
+                    return i, d
+                seen.add(d)
+                r = residual_distribution(r, q)
+            return -1, int(sample(r, generator))
+        """, "one rejection fewer"),
+    "tree_mask: an integer mask": ("tree_mask", """
+        def tree_mask(parent):
+            mask = torch.eye(len(parent), dtype=torch.long)
+            for i in range(1, len(parent)):
+                mask[i] |= mask[parent[i]]
+            return mask
+        """, "refuses an integer one"),
     "probs_from_logits: top_k larger than the vocabulary not clamped": ("probs_from_logits", """
         def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
             logits = logits.double()
@@ -820,7 +889,7 @@ WRONG = {
             for i in range(1, n):
                 mask[i] = torch.maximum(mask[i], mask[parent[i]])
             return mask
-        """, "instead of masking with it"),
+        """, "adds a float mask to its scores as a bias"),
     "greedy_verify: index tensors made on the CPU, whatever the logits' device": ("greedy_verify", """
         def greedy_verify(draft_tokens, target_logits):
             pred = target_logits.argmax(-1)
@@ -1119,17 +1188,27 @@ def filled_with_hint_3(tmp_path, name):
 def same_draws(name, fn, seeds=range(20)):
     """None when fn returns what the library's rule `name` returns on every path of the generator claim's
     calls, with generators seeded alike, and leaves its generator in the same state; else what differs."""
-    calls = zip(cb.generator_calls(name, fn), cb.generator_calls(name, BY_NAME[name].original()))
-    for mine, theirs in calls:
+    for args in cb.generator_arguments(name):
         for seed in seeds:
             g, h = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-            got, want = mine(g), theirs(h)
+            got, want = fn(*args, g), BY_NAME[name].original()(*args, h)
             if repr(got) != repr(want):
                 return f"generator seeded {seed}: it returned {got!r}, the library's rule {want!r}"
             if not torch.equal(g.get_state(), h.get_state()):
                 return f"generator seeded {seed}: it returned {got!r} as the library's rule does, after " \
                        "drawing other numbers from the generator"
     return None
+
+
+@pytest.mark.parametrize("name", ["match_verify", "rejection_verify", "multi_draft_verify", "accept_path"])
+def test_the_global_seed_claim_calls_each_rule_where_its_result_is_spread(name):
+    """The claim fails a rule that returns one result under all 40 global seeds: for a correct rule that
+    must be nearly impossible, so no result of the call it makes may have probability near 1 (under 0.7 in
+    40 seeds: a correct rule then fails with probability below 1e-6)."""
+    args, rule = cb.spread_arguments(name), BY_NAME[name].original()
+    results = cb.seeded_results(lambda g: rule(*args, g))
+    share = max(results.count(r) for r in results) / len(results)
+    assert share <= 0.7, f"{name}: one result in {share:.0%} of 40 seeds; the claim could fail a right rule"
 
 
 def test_hint_3_filled_into_the_skeleton_passes_the_checker(tmp_path):

@@ -110,9 +110,10 @@ EXERCISES = [
              "at each node take y = the target's token as an int (greedy: the argmax of the logits as given, "
              "drawing nothing; else a draw with the generator from probs_from_logits at the temperature); go "
              "to the child whose token is y (tree.children[node]); stop when there is none and return (the "
-             "nodes walked, root first; y).",
+             "nodes walked, root first; y). The logits come on the target's device: .cpu() them first.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cb.claim_greedy_accept_path_draws_nothing,
+              ctree.claim_accept_path_takes_the_logits_on_the_targets_device,
               ctree.claim_accept_path_follows_the_targets_token_down_the_tree,
               ctree.claim_accept_path_emits_each_nodes_distribution,
               ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
@@ -146,6 +147,7 @@ EXERCISES = [
              "residual against q before the next test; accepted: its position in draft_tokens and its "
              "token; none accepted: -1 and a draw, from the generator too, from the last r.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
+              cb.claim_multi_draft_tests_the_drafts_in_the_order_given,
               cb.claim_multi_draft_with_every_draft_rejected_emits_the_last_residual,
               cb.claim_multi_draft_accepts_more_with_more_drafts,
               cb.claim_multi_draft_after_a_rejection_emits_the_residual, cb.claim_multi_draft_emits_exactly_p,

@@ -10,7 +10,7 @@ from ..ext.tree import Tree, tree_speculative_generate, verify_tree
 from ..sampling import probs_from_logits
 from ..speculative import speculative_generate
 from .check import BrokenContract, Failed, describe
-from .claims_verify import PROMPTS, compare_with_greedy
+from .claims_verify import PROMPTS, compare_with_greedy, mixes_devices
 from .models import small_drafters, small_target, tiny_dflash2, tiny_target
 from .oracle import (
     ALPHA,
@@ -35,9 +35,10 @@ def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
         if not isinstance(got, torch.Tensor) or got.shape != (n, n):
             raise BrokenContract(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
                                  f"{tuple(getattr(got, 'shape', ()))}")
-        if got.is_floating_point():
-            raise Failed(f"your mask is {got.dtype}: attention adds a float mask to its scores as a bias "
-                         "instead of masking with it; return a bool tensor (True = may attend)")
+        if got.dtype != torch.bool:
+            raise Failed(f"your mask is {got.dtype}: attention takes a bool mask (True = may attend); "
+                         "it adds a float mask to its scores as a bias, and refuses an integer one. Return a "
+                         "bool tensor")
         for i in range(n):
             want = ancestors(parent, i)
             sees = {j for j in range(n) if bool(got[i, j])}
@@ -118,6 +119,21 @@ def hand_made_tree():
         tree.add(parent, token, 0.0)
     logits = 1.5 * torch.randn(len(tree), 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     return tree, logits
+
+
+def claim_accept_path_takes_the_logits_on_the_targets_device(student):
+    """takes the logits on the target's device, as the tree decoders pass them (the meta device, shapes
+    without data, stands in for a GPU): what it draws on the CPU's generator it moves to the CPU first"""
+    tree, logits = hand_made_tree()
+    for temperature in (1.0, 0.0):
+        try:
+            student.fn(tree, logits.to("meta"), temperature, None, None, torch.Generator().manual_seed(0))
+        except Exception as e:              # .cpu() of a meta tensor raises too: there a GPU would copy
+            if mixes_devices(e):
+                raise Failed(f"at T={temperature:g}, with the logits on another device ('meta' here, as a "
+                             f"GPU's would be) it raised: {str(e).rstrip('.!')}. The tree decoders pass the "
+                             "target's logits: move them to the CPU first (logits.detach().cpu()), where the "
+                             "generator draws") from None
 
 
 def claim_accept_path_emits_each_nodes_distribution(student):
@@ -232,6 +248,16 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
                      f"candidates 0 and 2 score 5) yours drafts {got}, the walk [12, 21]: a tie goes to the "
                      "lower candidate index, the first maximum (as argmax takes it), or DFlash 2 drafts "
                      "other tokens than the library's")
+    cand = torch.arange(100, 132).view(2, 16)                 # the drafter's K = 16 candidates per slot
+    table = torch.zeros(2, 16, 16, dtype=torch.float64)
+    table[0, 0, [5, 11]] = 3.0                                 # after the anchor, candidates 5 and 11 tie
+    got = student.fn(cand, table)                              # after 5: all 16 tie at 0
+    got = got.tolist() if isinstance(got, torch.Tensor) else got
+    if got != [105, 116]:
+        raise Failed(f"with 16 candidates a slot (the drafter's K), candidates 5 and 11 tied after the "
+                     f"anchor and all 16 tied after candidate 5, yours drafts {got}, the walk [105, 116]: a "
+                     "tie goes to the lower index (argmax's first maximum; torch.topk and sorts order ties "
+                     "their own way once a row is long)")
 
 
 def claim_walk_takes_each_row_of_a_batch_on_its_own(student):
@@ -280,7 +306,7 @@ def claim_walk_takes_tensors_on_the_drafters_device(student):
     except Exception as e:                  # .cpu() of a meta tensor raises too: there a GPU would copy
         if "numpy" in str(e):
             raise Failed(f"with cand and table on another device ('meta' here, as a GPU's would be) it "
-                         f"raised: {str(e).rstrip('.')}. The decoders pass the drafter's tensors: .cpu() "
+                         f"raised: {str(e).rstrip('.!')}. The decoders pass the drafter's tensors: .cpu() "
                          "before .numpy() (on the CPU it costs nothing)") from None
 
 
@@ -295,9 +321,9 @@ def claim_batched_dflash2_decoding_with_it_equals_greedy_decoding(student):
                 got, _ = speculative_generate_batch(target, drafter, prompts, 24, block_size=4)
         except (IndexError, RuntimeError, ValueError) as e:
             raise Failed(f"the batched decoder failed with your walk on {len(prompts)} row(s): "
-                         f"{type(e).__name__}: {e}. It calls the walk with (R, n, K) and (R, n, K, K) and "
-                         "reads (R, n) back, for R = 1 too: keep the leading dimension (no squeeze)"
-                         ) from None
+                         f"{type(e).__name__}: {str(e).rstrip('.')}. It calls the walk with (R, n, K) and "
+                         "(R, n, K, K) and reads (R, n) back, for R = 1 too: keep the leading dimension (no "
+                         "squeeze)") from None
         if got != want:
             raise Failed(f"the batched decoder with your walk, {len(prompts)} row(s): not plain greedy "
                          "decoding's tokens")

@@ -314,15 +314,22 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
     q = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
+    want, given = residual_distribution(p, q), (p.clone(), q.clone())
     r = student.fn(p, q)
-    if not isinstance(r, torch.Tensor) or r.shape != p.shape:
-        raise BrokenContract(f"for p and q of shape {tuple(p.shape)} it must return a tensor of that shape; "
-                             f"got {getattr(r, 'shape', type(r).__name__)}")
+    for name, before, now in zip("pq", given, (p, q)):
+        if not torch.equal(before, now):
+            raise Failed(f"it changed {name} in place: the decoders read p and q again after the call (a "
+                         "multi-draft rule takes a residual of the residual); compute on a copy "
+                         "(out-of-place operations: p - q, not p.sub_(q))")
+    if not isinstance(r, torch.Tensor) or r.shape != p.shape or r.dtype != p.dtype:
+        raise BrokenContract(f"for p and q of shape {tuple(p.shape)} in {p.dtype} it must return a tensor of "
+                             f"that shape and dtype; got {getattr(r, 'shape', type(r).__name__)} in "
+                             f"{getattr(r, 'dtype', '-')}")
     if (r < 0).any():
         raise Failed("it has negative entries: clamp p - q at 0 before normalising")
     if not torch.allclose(r.sum(-1), torch.ones(6, dtype=r.dtype), atol=1e-9):
         raise Failed(f"its rows sum to {r.sum(-1).tolist()}, not 1: normalise each row")
-    if not torch.allclose(r, residual_distribution(p, q), atol=1e-9):
+    if not torch.allclose(r, want, atol=1e-9):
         raise Failed("it differs from normalize(max(0, p - q)) on random rows")
     mixed = torch.cat([p[:1], q[1:]])                 # row 0 equals p's row: no residual there; the rest have
     r = student.fn(p, mixed)

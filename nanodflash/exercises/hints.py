@@ -60,7 +60,8 @@ CONTRACTS = {
     One target pass then scores every node as if its own branch had been decoded alone.""",
     "accept_path": """
     Arguments: tree (a nanodflash.ext.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
-    target's scores at every node; temperature, top_k, top_p and generator as in sampling. Returns (the
+    target's scores at every node, on the target's device (a GPU's: the generator draws on the CPU);
+    temperature, top_k, top_p and generator as in sampling. Returns (the
     list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
     equals plain greedy decoding, and nothing is drawn (the generator and torch's global random state stay
     as they were); sampled, it follows the target's distribution.""",
