@@ -309,13 +309,10 @@ def claim_rejection_accepts_every_draft_when_q_equals_p(student):
                          f"{n_acc}")
 
 
-def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
-    """is normalize(max(0, p - q)) row by row, and p itself when p == q"""
-    g = torch.Generator().manual_seed(0)
-    p = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
-    q = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
-    want, given = residual_distribution(p, q), (p.clone(), q.clone())
-    r = student.fn(p, q)
+def residual_as_contracted(fn, p, q):
+    """fn(p, q), checked to leave p and q as they were and to return a tensor of p's shape and dtype."""
+    given = (p.clone(), q.clone())
+    r = fn(p, q)
     for name, before, now in zip("pq", given, (p, q)):
         if not torch.equal(before, now):
             raise Failed(f"it changed {name} in place: the decoders read p and q again after the call (a "
@@ -325,6 +322,15 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
         raise BrokenContract(f"for p and q of shape {tuple(p.shape)} in {p.dtype} it must return a tensor of "
                              f"that shape and dtype; got {getattr(r, 'shape', type(r).__name__)} in "
                              f"{getattr(r, 'dtype', '-')}")
+    return r
+
+
+def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
+    """is normalize(max(0, p - q)) row by row, and p itself when p == q"""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(2 * torch.randn(6, 7, generator=g, dtype=torch.float64), -1)
+    want, r = residual_distribution(p, q), residual_as_contracted(student.fn, p, q)
     if (r < 0).any():
         raise Failed("it has negative entries: clamp p - q at 0 before normalising")
     if not torch.allclose(r.sum(-1), torch.ones(6, dtype=r.dtype), atol=1e-9):
