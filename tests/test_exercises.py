@@ -328,7 +328,7 @@ WRONG = {
             for i in range(1, n):
                 m[i] |= m[parent[i]]
             return m
-        """, "after your tree_mask returned a tensor of shape"),
+        """, "refuses an integer one"),
     "residual_distribution: the ratio form p (1 - min(1, q / p)), NaN where p = q = 0": (
         "residual_distribution", """
         def residual_distribution(p, q):
@@ -749,6 +749,19 @@ WRONG = {
     "accept_path: the logits left on the target's device": ("accept_path", accept_path_answer(
         ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"]),
         "move them to the CPU first"),
+    "greedy_walk: the table moved to the CPU, the candidates not": ("greedy_walk", """
+        def greedy_walk(cand, table):
+            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
+            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
+            c = cand.reshape(-1, n, K).numpy()                 # the drafter's device: no .cpu()
+            out = np.zeros((len(scores), n), dtype=np.int64)
+            for r in range(len(scores)):
+                i = 0
+                for t in range(n):
+                    i = int(scores[r, t, i].argmax())
+                    out[r, t] = c[r, t, i]
+            return torch.from_numpy(out).reshape(*lead, n)
+        """, "with cand on another device"),
     "greedy_walk: the best candidate by topk(1), its own order of ties": ("greedy_walk", """
         def greedy_walk(cand, table):
             lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
@@ -808,13 +821,6 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(sample(r, generator))
         """, "one rejection fewer"),
-    "tree_mask: an integer mask": ("tree_mask", """
-        def tree_mask(parent):
-            mask = torch.eye(len(parent), dtype=torch.long)
-            for i in range(1, len(parent)):
-                mask[i] |= mask[parent[i]]
-            return mask
-        """, "refuses an integer one"),
     "probs_from_logits: top_k larger than the vocabulary not clamped": ("probs_from_logits", """
         def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
             logits = logits.double()

@@ -36,9 +36,9 @@ def claim_tree_mask_lets_each_node_see_exactly_its_ancestors(student):
             raise BrokenContract(f"for {n} nodes (the root included) the mask must be ({n}, {n}); yours is "
                                  f"{tuple(getattr(got, 'shape', ()))}")
         if got.dtype != torch.bool:
-            raise Failed(f"your mask is {got.dtype}: attention takes a bool mask (True = may attend); "
-                         "it adds a float mask to its scores as a bias, and refuses an integer one. Return a "
-                         "bool tensor")
+            raise BrokenContract(f"your mask is {got.dtype}: attention takes a bool mask (True = may "
+                                 "attend); it adds a float mask to its scores as a bias, and refuses an "
+                                 "integer one. Return a bool tensor")
         for i in range(n):
             want = ancestors(parent, i)
             sees = {j for j in range(n) if bool(got[i, j])}
@@ -299,15 +299,17 @@ def claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding(student):
 def claim_walk_takes_tensors_on_the_drafters_device(student):
     """takes cand and table on the drafter's device, as the decoders pass them (the meta device, shapes
     without data, stands in for a GPU): what it hands to numpy it moves to the CPU first"""
-    cand = torch.zeros(4, 3, dtype=torch.long, device="meta")
-    table = torch.zeros(4, 3, 3, dtype=torch.float64, device="meta")
-    try:
-        student.fn(cand, table)
-    except Exception as e:                  # .cpu() of a meta tensor raises too: there a GPU would copy
-        if "numpy" in str(e):
-            raise Failed(f"with cand and table on another device ('meta' here, as a GPU's would be) it "
-                         f"raised: {str(e).rstrip('.!')}. The decoders pass the drafter's tensors: .cpu() "
-                         "before .numpy() (on the CPU it costs nothing)") from None
+    cand, table = torch.zeros(4, 3, dtype=torch.long), torch.zeros(4, 3, 3, dtype=torch.float64)
+    for moved in ("cand and table", "cand", "table"):    # each alone too: a .cpu() of one raises first
+        args = [x.to("meta") if name in moved.split(" and ") else x
+                for name, x in (("cand", cand), ("table", table))]
+        try:
+            student.fn(*args)
+        except Exception as e:              # .cpu() of a meta tensor raises too: there a GPU would copy
+            if "numpy" in str(e):
+                raise Failed(f"with {moved} on another device ('meta' here, as a GPU's would be) it raised: "
+                             f"{str(e).rstrip('.!')}. The decoders pass the drafter's tensors: .cpu() before "
+                             ".numpy() (on the CPU it costs nothing)") from None
 
 
 def claim_batched_dflash2_decoding_with_it_equals_greedy_decoding(student):

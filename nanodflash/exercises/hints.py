@@ -21,19 +21,20 @@ CONTRACTS = {
     stand-in.""",
     "match_verify": """
     Arguments: draft_tokens (n,), drafted by argmax; target_probs (n + 1, V), the target's distribution at
-    each of the n + 1 positions; generator, a torch.Generator for every random draw. Returns (kept drafts,
-    next token) as two ints. Guarantee: the tokens the decoder emits have exactly the distribution plain
-    sampling from target_probs would give.""",
+    each of the n + 1 positions; generator, a torch.Generator for every random draw (None: torch's global
+    random state). Returns (kept drafts, next token) as two ints. Guarantee: the tokens the decoder emits
+    have exactly the distribution plain sampling from target_probs would give.""",
     "rejection_verify": """
     Arguments: draft_tokens (n,), each a sample of the matching row of draft_probs (n, V) (the drafter's
-    q); target_probs (n + 1, V), the target's p at each position; generator for every random draw. Returns
-    (kept drafts, next token) as two ints. Guarantee: whatever q is, the emitted tokens follow p exactly;
-    the closer q is to p, the more drafts are kept.""",
+    q); target_probs (n + 1, V), the target's p at each position; generator for every random draw (None:
+    torch's global random state). Returns (kept drafts, next token) as two ints. Guarantee: whatever q is,
+    the emitted tokens follow p exactly; the closer q is to p, the more drafts are kept.""",
     "residual_distribution": """
-    Arguments: p and q, probability tensors of the same shape (..., V), rows summing to 1. Returns a tensor
-    of that shape: per row, the distribution a rejected draft is replaced from, so that accepted and
-    replaced tokens together follow p. Where a row of p equals the row of q (no rejection can happen there,
-    but rows are computed in batches), that row is p's row, finite.""",
+    Arguments: p and q, probability tensors of the same shape (..., V), rows summing to 1; leave both as they
+    were (the decoders read them again). Returns a tensor of that shape, in p's dtype: per row, the
+    distribution a rejected draft is replaced from, so that accepted and replaced tokens together follow p.
+    Where a row of p equals the row of q (no rejection can happen there, but rows are computed in batches),
+    that row is p's row, finite.""",
     "probs_from_logits": """
     Arguments: logits (..., V); temperature (0 means greedy); top_k (None, or how many tokens stay);
     top_p (None, or the nucleus mass: a token stays when the mass of the likelier tokens ranked before it
@@ -61,8 +62,8 @@ CONTRACTS = {
     "accept_path": """
     Arguments: tree (a nanodflash.ext.tree.Tree: tokens, parent, children maps); logits (N + 1, V), the
     target's scores at every node, on the target's device (a GPU's: the generator draws on the CPU);
-    temperature, top_k, top_p and generator as in sampling. Returns (the
-    list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
+    temperature, top_k, top_p and generator (None: torch's global random state) as in sampling. Returns
+    (the list of nodes kept, starting with the root; the next token as an int). Guarantee: greedy, the output
     equals plain greedy decoding, and nothing is drawn (the generator and torch's global random state stay
     as they were); sampled, it follows the target's distribution.""",
     "keep_path": """
@@ -80,9 +81,10 @@ CONTRACTS = {
     drafts each slot given the slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
-    generator for every draw. Returns (the index of the draft that was accepted, or -1 when none was; the
-    token emitted) as two ints. Guarantee: the emitted token follows p exactly, and more drafts make an
-    accepted draft more likely (this is what a sampled tree does at each node).""",
+    generator for every draw (None: torch's global random state). Returns (the index of the draft that was
+    accepted, or -1 when none was; the token emitted) as two ints. Guarantee: the emitted token follows p
+    exactly, and more drafts make an accepted draft more likely (this is what a sampled tree does at each
+    node).""",
 }
 
 IDEAS = {   # hint 1, the idea (hint 2, the steps, is the catalog's `todo`; hint 3, the code, is CODE)

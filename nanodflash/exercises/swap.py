@@ -47,9 +47,12 @@ def load_function(path, name, original):
     if got != want:
         raise StudentFileError(f"{path}: {name}{signature_text(fn)} should take ({', '.join(want)}), "
                                "the library's parameters")
-    for param, (mine, library) in changed_defaults(fn, original).items():
-        raise StudentFileError(f"{path}: {name}'s {param} defaults to {mine}, the library's to {library}; "
-                               "the decoders call it without that argument, so keep the library's default")
+    changed = changed_defaults(fn, original)
+    if changed:
+        param, (mine, library) = next(iter(changed.items()))
+        raise StudentFileError(f"{path}: {name}'s {param} defaults to {mine}, the library's to {library}; a "
+                               "caller that leaves it out would get other behaviour than the library's, so "
+                               "keep the library's default")
     return fn
 
 

@@ -263,17 +263,16 @@ def plain_batch_step(target, drafter, rows, sampled):
 
 
 @torch.no_grad()
-def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False, sizes=COST_TOKENS):
+def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
     """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step, at the
     other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the loop runs it
     (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's context).
-    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does); sizes: the
-    block sizes timed (none: the plain batched step alone)."""
+    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
     B = drafter.block_size
     T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
     plain, device = plain_batch_step(target, drafter, rows, sampled)
     steps = {1: plain}
-    for t in sizes:
+    for t in COST_TOKENS:
         if 1 < t <= B:
             spec = SpecBatch(target, drafter, batch_prompts(target, drafter, rows), 2 * B, block_size=t,
                              temperature=T, generator=g)
