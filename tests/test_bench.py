@@ -402,6 +402,18 @@ def test_bench_batch_samples_with_the_sampling_drafter_at_small_blocks_and_its_s
     assert "measured [least-most pass] / predicted by the calibration" in out, f"the predictions:\n{out}"
 
 
+def test_bench_batch_passes_gives_every_batch_size_at_least_that_many_passes(smoke_out, tmp_path, capsys):
+    """Where the batches already make MIN_RUNS runs in one pass, --passes 2 runs them twice, so the row's
+    spread is measured."""
+    path = tmp_path / "batch.json"
+    bench_batch.main(["--out", str(smoke_out), "--n_prompts", "8", "--max_new_tokens", "4", "--batch", "2",
+                      "--passes", "2", "--json", str(path)])
+    rows = json.load(open(path))["batch"]["2"]
+    assert all(len(a["pass_ratios"]) == 2 for a in rows.values()), f"each method in two passes: {rows}"
+    assert all(a["tokens"] == 2 * 8 * 4 for a in rows.values()), f"both passes decode every prompt: {rows}"
+    assert "in 2 passes]" in capsys.readouterr().out, "auto's line gives the spread of its passes"
+
+
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):
     _, _, drafter = nanodflash.load(str(smoke_out))
     other = tmp_path / "recipe_b"

@@ -31,7 +31,7 @@ from ..ext.step_costs import calibration, predicted_batch_speedup
 from ..speculative import speculative_generate
 from ..store.checkpoint import load
 from ..store.run_folder import drafter_path, run_corpus
-from .cli import decode_threads, floats
+from .cli import decode_threads, floats, ints
 from .measure import bench_flags, bench_prompts, interleaved, machine
 from .repetition import pooled_repetition
 from .watch import policy
@@ -62,10 +62,12 @@ def batch1_methods(drafter, sampling):
     return [(f"batch-1 loop B={b}", run(b)) for b in (first, "auto")]
 
 
-def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED, entry=None):
+def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, seed=SEED, entry=None,
+                   min_passes=1):
     """{method name: dict(tokens, seconds, tau, repetition, matches_plain, pass_ratios, predicted)} over the
     prompts in batches of R, interleaved, in enough passes over the batches that each method is timed
-    MIN_RUNS times; `repetition`: of the method's outputs, the text its τ was measured on (repetition.py);
+    MIN_RUNS times, and in at least `min_passes` passes (each pass's ratio to plain is kept, so a row's spread
+    shows); `repetition`: of the method's outputs, the text its τ was measured on (repetition.py);
     pass_ratios: its tokens/s over plain's in each pass; predicted: the speedup over plain the calibration
     `entry` predicts from the method's own steps (None without an entry, and for the batch-1 loop).
     sampling: dict(temperature, top_p) to sample (the j-th batch run draws from a generator seeded seed + j,
@@ -74,7 +76,7 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
     ms = methods(drafter, sampling) + (batch1_methods(drafter, sampling) if R == 1 else [])
     device = next(target.parameters()).device
     chunks = [prompts[i: i + R] for i in range(0, len(prompts), R)]
-    passes = -(-MIN_RUNS // len(chunks))                           # ceil(MIN_RUNS / batches)
+    passes = max(min_passes, -(-MIN_RUNS // len(chunks)))          # ceil(MIN_RUNS / batches) at least
 
     def generator(j):
         return torch.Generator().manual_seed(seed + j) if sampling else None
@@ -160,6 +162,9 @@ def parse_args(argv=None):
                    "with the run's sampling drafter and the rejection verifier")
     p.add_argument("--top_p", type=floats(0, 1, low_open=True), default=None, help="with --temperature: "
                    "nucleus sampling")
+    p.add_argument("--passes", type=ints(1, 100), default=1, help="passes over the prompts at least, at "
+                   "every batch size: from 2 on, each row prints the spread of its passes (default: "
+                   f"%(default)s; large batches make at least {MIN_RUNS} timed runs anyway)")
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args(argv)
     if args.top_p is not None and args.temperature == 0:
@@ -259,7 +264,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         for R in args.batch:
             result["batch"][R] = run_batch_size(target, drafter, prompts, R, args.max_new_tokens, sampling,
-                                                args.seed, entry)
+                                                args.seed, entry, args.passes)
             print(f"  batch {R} done ({time.perf_counter() - t0:.0f}s)", flush=True)
         print_table(result["batch"], args.batch)
         print_where_it_pays(result["batch"], args.batch, greedy=sampling is None)
