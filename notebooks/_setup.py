@@ -78,8 +78,9 @@ def held_out_prompts(data, n, start=0):
 
 
 def repeated(outputs):
-    """'on text 66% repeated': the repetition (nanodflash/tools/repetition.py) of the outputs (token id lists) a
-    τ was measured on, to print beside it: a τ on looping text says little about text that does not loop."""
+    """'on text 66% repeated': the repetition (nanodflash/tools/repetition.py) of the outputs (token id
+    lists) a τ was measured on, to print beside it: a τ on looping text says little about text that does not
+    loop."""
     return f"on text {100 * pooled_repetition(outputs):.0f}% repeated"
 
 
