@@ -65,15 +65,15 @@ def probs_answer(cast="logits.double()", top_k=None, softmax="torch.softmax(logi
     return "\n".join(lines) + "\n"
 
 
-def accept_path_answer(draw, before=None):
-    """An accept_path answer with the library's walk, its sampled draw of y (lines) written as a student
-    might; `before`: a line run once before the walk."""
+def accept_path_answer(draw, before=None, greedy="int(logits[node].argmax())"):
+    """An accept_path answer with the library's walk, its sampled draw of y (lines) and its `greedy` y (an
+    expression) written as a student might; `before`: a line run once before the walk."""
     lines = ["def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):",
              "    node, path = 0, [0]",
              *([f"    {before}"] if before else []),
              "    while True:",
              "        if temperature == 0:",
-             "            y = int(logits[node].argmax())",
+             f"            y = {greedy}",
              "        else:",
              *[f"            {line}" for line in draw],
              "        child = tree.children[node].get(y)",
@@ -97,6 +97,23 @@ def multi_draft_answer(uniform="torch.rand(draft_tokens.numel(), generator=gener
              "            return i, d",
              "        r = residual_distribution(r, q)",
              f"    return -1, int({last})"]
+    return "\n".join(lines) + "\n"
+
+
+def loop_walk_answer(scores="table.detach().cpu().numpy()", cand="cand.cpu().numpy()",
+                     pick="int(s[r, t, i].argmax())"):
+    """A greedy_walk answer that walks row by row, slot by slot: `scores` and `cand` (expressions of table
+    and cand) are what it reads, and `pick` (an expression of s, r, t and i) the candidate it takes."""
+    lines = ["def greedy_walk(cand, table):",
+             "    lead, (n, K) = cand.shape[:-2], cand.shape[-2:]",
+             f"    s, c = {scores}.reshape(-1, n, K, K), {cand}.reshape(-1, n, K)",
+             "    out = np.zeros((len(s), n), dtype=np.int64)",
+             "    for r in range(len(s)):",
+             "        i = 0",
+             "        for t in range(n):",
+             f"            i = {pick}",
+             "            out[r, t] = c[r, t, i]",
+             "    return torch.from_numpy(out).reshape(*lead, n)"]
     return "\n".join(lines) + "\n"
 
 
@@ -734,46 +751,16 @@ WRONG = {
                 r = residual_distribution(r, q)
             return -1, int(sample(r, generator))
         """, "a fresh torch.Generator() replays one fixed seed"),
-    "greedy_walk: numpy on the drafter's device, never moved to the CPU": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            scores, c = table.detach().reshape(-1, n, K, K).numpy(), cand.reshape(-1, n, K).numpy()
-            out = np.zeros((len(scores), n), dtype=np.int64)
-            for r in range(len(scores)):
-                i = 0
-                for t in range(n):
-                    i = int(scores[r, t, i].argmax())
-                    out[r, t] = c[r, t, i]
-            return torch.from_numpy(out).reshape(*lead, n)
-        """, ".cpu() before .numpy()"),
+    "greedy_walk: numpy on the drafter's device, never moved to the CPU": ("greedy_walk", loop_walk_answer(
+        scores="table.detach().numpy()", cand="cand.numpy()"), ".cpu() before .numpy()"),
     "accept_path: the logits left on the target's device": ("accept_path", accept_path_answer(
         ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"]),
         "move them to the CPU first"),
-    "greedy_walk: the table moved to the CPU, the candidates not": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            scores = table.detach().cpu().reshape(-1, n, K, K).numpy()
-            c = cand.reshape(-1, n, K).numpy()                 # the drafter's device: no .cpu()
-            out = np.zeros((len(scores), n), dtype=np.int64)
-            for r in range(len(scores)):
-                i = 0
-                for t in range(n):
-                    i = int(scores[r, t, i].argmax())
-                    out[r, t] = c[r, t, i]
-            return torch.from_numpy(out).reshape(*lead, n)
-        """, "with cand on another device"),
-    "greedy_walk: the best candidate by topk(1), its own order of ties": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            scores, c = table.detach().cpu().reshape(-1, n, K, K), cand.cpu().reshape(-1, n, K)
-            out = torch.zeros(c.size(0), n, dtype=torch.long)
-            for r in range(c.size(0)):
-                i = 0
-                for t in range(n):
-                    i = int(scores[r, t, i].topk(1).indices[0])
-                    out[r, t] = c[r, t, i]
-            return out.reshape(*lead, n)
-        """, "torch.topk and sorts order ties"),
+    "greedy_walk: the table moved to the CPU, the candidates not": ("greedy_walk", loop_walk_answer(
+        cand="cand.numpy()"), "with cand on another device"),
+    "greedy_walk: the best candidate by topk(1), its own order of ties": ("greedy_walk", loop_walk_answer(
+        scores="table.detach().cpu()", pick="int(s[r, t, i].topk(1).indices[0])"),
+        "torch.topk and sorts order ties"),
     "match_verify: the draft zeroed in the target's row, in place": ("match_verify", """
         def match_verify(draft_tokens, target_probs, generator=None):
             for i, d in enumerate(draft_tokens.tolist()):
@@ -916,20 +903,9 @@ WRONG = {
         """, "need not keep tied ids in order"),
     "probs_from_logits: the nucleus ranked by a sort that orders ties its own way": ("probs_from_logits",
         probs_answer(), "the contract ranks a tie by id"),
-    "accept_path: the greedy token from a float32 copy of the logits": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].float().argmax())
-                else:
-                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "a float32 cast rounds them into a tie"),
+    "accept_path: the greedy token from a float32 copy of the logits": ("accept_path", accept_path_answer(
+        ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"],
+        greedy="int(logits[node].float().argmax())"), "a float32 cast rounds them into a tie"),
     "accept_path: greedy, the bonus returned as a 0-d tensor": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
             node, path = 0, [0]
@@ -958,18 +934,9 @@ WRONG = {
     "multi_draft_verify: every draft rejected, the last residual's residual": ("multi_draft_verify",
         multi_draft_answer(last="sample(residual_distribution(r, q), generator)"),
         "the residual of r once more"),
-    "greedy_walk: a tie to the higher candidate index (the last of an ascending argsort)": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            c, t = cand.cpu().reshape(-1, n, K), table.detach().cpu().reshape(-1, n, K, K).numpy()
-            out = torch.zeros(c.size(0), n, dtype=torch.long)
-            for r in range(c.size(0)):
-                i = 0
-                for s in range(n):
-                    i = int(np.argsort(t[r, s, i], kind="stable")[-1])
-                    out[r, s] = c[r, s, i]
-            return out.reshape(*lead, n)
-        """, "a tie goes to the lower candidate index"),
+    "greedy_walk: a tie to the higher candidate index (the last of an ascending argsort)": ("greedy_walk",
+        loop_walk_answer(pick='int(np.argsort(s[r, t, i], kind="stable")[-1])'),
+        "a tie goes to the lower candidate index"),
 }
 
 
@@ -989,18 +956,7 @@ RIGHT = {
                 n += 1
             return n, best[n]
         """),
-    "greedy_walk: numpy, without detaching": ("greedy_walk", """
-        def greedy_walk(cand, table):
-            lead, (n, K) = cand.shape[:-2], cand.shape[-2:]
-            s, c = table.cpu().numpy().reshape(-1, n, K, K), cand.cpu().numpy().reshape(-1, n, K)
-            out = np.zeros((len(s), n), dtype=np.int64)
-            for r in range(len(s)):
-                i = 0
-                for t in range(n):
-                    i = int(s[r, t, i].argmax())
-                    out[r, t] = c[r, t, i]
-            return torch.from_numpy(out).reshape(*lead, n)
-        """),
+    "greedy_walk: numpy, without detaching": ("greedy_walk", loop_walk_answer(scores="table.cpu().numpy()")),
     "probs_from_logits: top-k from a sort, the nucleus counted along a stable sort": ("probs_from_logits", """
         def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
             x = logits.to(torch.float64)

@@ -40,14 +40,17 @@ def block_rows(seed):
     return p, q
 
 
-def unchanged(name, before, after):
-    """Raise when a rule changed its inputs in place (the decoders reuse them after the call)."""
-    names = ("draft_tokens", "target_probs") if name == "match_verify" else \
-        ("draft_tokens", "draft_probs", "target_probs")
-    for what, a, b in zip(names, before, after):
-        if not torch.equal(a, b):
-            raise Failed(f"your {name} changed its argument {what} in place: the decoder reads it again "
-                         "after the call; compute on a copy (x.clone(), or out-of-place operations)")
+def unchanged(student, before, args):
+    """Raise when a rule changed a tensor argument in place (the decoders reuse them after the call): before
+    holds a copy of each tensor of args (None for the others), named by the library's parameters."""
+    for what, a, b in zip(inspect.signature(student.original).parameters, before, args):
+        if a is not None and not torch.equal(a, b):
+            raise Failed(f"your {student.name} changed its argument {what} in place: the decoder reads it "
+                         "again after the call; compute on a copy (x.clone(), or out-of-place operations)")
+
+
+def copies(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
 
 
 def step_counts(student, name, p, q, generator):
@@ -56,10 +59,10 @@ def step_counts(student, name, p, q, generator):
     for run in range(N_RUNS):
         drafts = sample(q, generator)                                          # (N_DRAFTS,)
         args = (drafts, p, generator) if name == "match_verify" else (drafts, q, p, generator)
-        before = [a.clone() for a in args if isinstance(a, torch.Tensor)] if run < 20 else None
+        before = copies(args) if run < 20 else None
         n_acc, bonus = two_ints(student.fn(*args), name)
         if before is not None:
-            unchanged(name, before, [a for a in args if isinstance(a, torch.Tensor)])
+            unchanged(student, before, args)
         if not 0 <= n_acc <= N_DRAFTS or not 0 <= bonus < V:
             raise Failed(f"{name} returned ({n_acc}, {bonus}) for {N_DRAFTS} drafts over {V} tokens")
         for i, token in enumerate(drafts[:n_acc].tolist() + [bonus]):
@@ -263,16 +266,10 @@ def spread_arguments(name):
 
 def left_as_they_were(student, args):
     """fn(*args, generator) with a check that no tensor argument changed in place."""
-    names = list(inspect.signature(student.original).parameters)
-
     def call(generator):
-        before = [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+        before = copies(args)
         result = student.fn(*args, generator)
-        for what, a, b in zip(names, before, args):
-            if a is not None and not torch.equal(a, b):
-                raise Failed(f"your {student.name} changed its argument {what} in place: the decoder reads "
-                             "it again after the call; compute on a copy (x.clone(), or out-of-place "
-                             "operations)")
+        unchanged(student, before, args)
         return result
     return call
 

@@ -237,27 +237,29 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
                          "each "
                          "slot's best candidate given the one chosen before it, not the best of the slot on "
                          "its own.")
-    cand = torch.tensor([[11, 12, 13], [21, 22, 23]])
-    table = torch.zeros(2, 3, 3, dtype=torch.float64)
-    table[0, 0] = torch.tensor([1.0, 3.0, 3.0])                # after the anchor, candidates 1 and 2 tie
-    table[1, 1] = torch.tensor([5.0, 0.0, 5.0])                # after candidate 1, candidates 0 and 2 tie
-    got = student.fn(cand, table)
-    got = got.tolist() if isinstance(got, torch.Tensor) else got
-    if got != [12, 21]:
-        raise Failed(f"on a table with ties (after the anchor candidates 1 and 2 score 3, after candidate 1 "
-                     f"candidates 0 and 2 score 5) yours drafts {got}, the walk [12, 21]: a tie goes to the "
-                     "lower candidate index, the first maximum (as argmax takes it), or DFlash 2 drafts "
-                     "other tokens than the library's")
-    cand = torch.arange(100, 132).view(2, 16)                 # the drafter's K = 16 candidates per slot
-    table = torch.zeros(2, 16, 16, dtype=torch.float64)
-    table[0, 0, [5, 11]] = 3.0                                 # after the anchor, candidates 5 and 11 tie
-    got = student.fn(cand, table)                              # after 5: all 16 tie at 0
-    got = got.tolist() if isinstance(got, torch.Tensor) else got
-    if got != [105, 116]:
-        raise Failed(f"with 16 candidates a slot (the drafter's K), candidates 5 and 11 tied after the "
-                     f"anchor and all 16 tied after candidate 5, yours drafts {got}, the walk [105, 116]: a "
-                     "tie goes to the lower index (argmax's first maximum; torch.topk and sorts order ties "
-                     "their own way once a row is long)")
+    for cand, table, want, ties in tied_tables():
+        got = student.fn(cand, table)
+        got = got.tolist() if isinstance(got, torch.Tensor) else got
+        if got != want:
+            raise Failed(f"on a table with ties ({ties}) yours drafts {got}, the walk {want}: a tie goes to "
+                         "the lower candidate index, the first maximum (as argmax takes it; torch.topk and "
+                         "sorts order ties their own way once a row is long), or DFlash 2 drafts other "
+                         "tokens than the library's")
+
+
+def tied_tables():
+    """(cand, table, the walk's tokens, where the ties are) for two slots with ties: 3 candidates a slot,
+    and the drafter's 16."""
+    small = torch.zeros(2, 3, 3, dtype=torch.float64)
+    small[0, 0] = torch.tensor([1.0, 3.0, 3.0])               # after the anchor, candidates 1 and 2 tie
+    small[1, 1] = torch.tensor([5.0, 0.0, 5.0])               # after candidate 1, candidates 0 and 2 tie
+    large = torch.zeros(2, 16, 16, dtype=torch.float64)       # after candidate 5: all 16 tie at 0
+    large[0, 0, [5, 11]] = 3.0                                 # after the anchor, candidates 5 and 11 tie
+    return [(torch.tensor([[11, 12, 13], [21, 22, 23]]), small, [12, 21],
+             "after the anchor candidates 1 and 2 score 3, after candidate 1 candidates 0 and 2 score 5"),
+            (torch.arange(100, 132).view(2, 16), large, [105, 116],
+             "16 candidates a slot: after the anchor candidates 5 and 11 score 3, after candidate 5 all 16 "
+             "score 0")]
 
 
 def claim_walk_takes_each_row_of_a_batch_on_its_own(student):

@@ -253,12 +253,16 @@ def repeatable_step(batch, step):
     return call
 
 
+def batch_sampling(sampled):
+    """A timed batch's sampling arguments: SAMPLED_T with a seeded generator if sampled, else greedy."""
+    return dict(temperature=SAMPLED[0] if sampled else 0.0, generator=torch.Generator().manual_seed(0))
+
+
 def plain_batch_step(target, drafter, rows, sampled):
     """A repeatable plain batched step of `rows` rows (PlainBatch.plain_step: what plain batched decoding pays
     per token), at SAMPLED_T if sampled."""
-    T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
-    plain = PlainBatch(target, batch_prompts(target, drafter, rows), 2 * drafter.block_size, temperature=T,
-                       generator=g)
+    plain = PlainBatch(target, batch_prompts(target, drafter, rows), 2 * drafter.block_size,
+                       **batch_sampling(sampled))
     return repeatable_step(plain, plain.plain_step), plain.device
 
 
@@ -268,14 +272,13 @@ def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
     other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the loop runs it
     (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's context).
     sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
-    B = drafter.block_size
-    T, g = (SAMPLED[0] if sampled else 0.0), torch.Generator().manual_seed(0)
+    B, sampling = drafter.block_size, batch_sampling(sampled)
     plain, device = plain_batch_step(target, drafter, rows, sampled)
     steps = {1: plain}
     for t in COST_TOKENS:
         if 1 < t <= B:
             spec = SpecBatch(target, drafter, batch_prompts(target, drafter, rows), 2 * B, block_size=t,
-                             temperature=T, generator=g)
+                             **sampling)
             steps[t] = repeatable_step(spec, spec.step)
     return median_seconds(steps, device, n_calls)
 
