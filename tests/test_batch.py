@@ -201,7 +201,7 @@ def test_finished_rows_leave_the_batch(target, drafters, refs):
 
 # ----------------------------------------------------------------------- sampling: exact distributions
 
-V, H, N = 4, 4, 2000
+V, H, N = 4, 4, 1000
 SAMPLE_PROMPTS = [[1, 2], [3], [0, 3, 1]]                             # rows that differ
 
 

@@ -11,8 +11,9 @@ is deterministic. Power: the negative controls (a verifier that always accepts, 
 rejection resamples from p instead of the residual) must get p < 1e-4 on the same test. With N = 600
 samples they get p < 1e-100 here. Subtler faults are caught too: a verifier that sees the target at 1.4 times
 its temperature, or accepts 1.2 times too often, fails in 10 seeds of 10
-(tests/power_of_the_chi_square_test.py). The other files' controls, at N_OTHER_PATHS = 400, get p ~ 1e-57 at
-worst (test_sampling_kinds.py's uniform q with top-k and top-p on).
+(tests/power_of_the_chi_square_test.py). The other files run the library's rules on other paths with
+N_OTHER_PATHS = 200 samples, and their controls get p ~ 1e-22 at worst (test_sampling_kinds.py's uniform q
+with top-k and top-p on).
 """
 
 import pytest

@@ -14,7 +14,7 @@ from .claims_verify import PROMPTS, compare_with_greedy, mixes_devices
 from .models import small_drafters, small_target, tiny_dflash2, tiny_target
 from .oracle import (
     ALPHA,
-    N_OTHER_PATHS,
+    N_TREE_CHECKS,
     ancestors,
     chi_square_p_value,
     exact_distribution,
@@ -341,11 +341,11 @@ def trees_exactly_p(student, configs, draws=None, hint=""):
     for temperature, top_k, top_p in configs:
         exact = exact_distribution(target, temperature, top_k, top_p)
         with student.installed():
-            counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws)
-        value = chi_square_p_value(counts, exact, N_OTHER_PATHS)
+            counts, _ = tree_counts(target, drafter, temperature, top_k, top_p, draws=draws, n=N_TREE_CHECKS)
+        value = chi_square_p_value(counts, exact, N_TREE_CHECKS)
         if not value >= ALPHA:                      # a NaN p-value fails too
             raise Failed(f"tree decoding with your function does not follow the target's distribution at "
-                         f"T={temperature}: chi-square p = {value:.1e} over {N_OTHER_PATHS} runs (a correct "
+                         f"T={temperature}: chi-square p = {value:.1e} over {N_TREE_CHECKS} runs (a correct "
                          "rule fails with probability 1e-4)." + hint)
 
 

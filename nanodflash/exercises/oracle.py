@@ -7,8 +7,8 @@ Every reference here uses the library's functions as imported when this module l
 Chi-square false alarms: a check fails at p < ALPHA = 1e-4, so a correct sampler fails one configuration
 with probability 1e-4 for a random seed; the seeds are fixed, so a check is deterministic. Power: a
 verifier that always accepts, or that resamples p instead of the residual on a rejection, gets p < 1e-50
-at 400-600 samples; a verifier that sees the target at 1.4 times its temperature fails in 10 seeds of 10
-(tests/power_of_the_chi_square_test.py).
+at 400-600 samples (p < 1e-20 at 200); a verifier that sees the target at 1.4 times its temperature fails
+in 10 seeds of 10 at 600 (tests/power_of_the_chi_square_test.py).
 """
 
 import itertools
@@ -24,7 +24,9 @@ PROMPT = [1, 2]         # the enumerated runs' prompt
 H = 4                   # their new tokens: V^H outputs, 256 for the 4-token vocabulary
 ALPHA = 1e-4            # a chi-square p below this fails
 N_SAMPLES = 600         # runs per configuration for the verifiers' own checks
-N_OTHER_PATHS = 400     # runs per configuration on other paths (drafter kinds, trees, auto block sizes)
+N_TREE_CHECKS = 400     # runs per configuration of an exercise's tree decoding, the student's rule in place
+N_OTHER_PATHS = 200     # runs per configuration of the library's rules on other paths (drafter kinds, trees,
+                        # auto block sizes, the compiled pass): their faults fail by far (docs/log.md)
 
 
 @torch.no_grad()
