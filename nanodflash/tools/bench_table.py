@@ -24,22 +24,29 @@ def format_table(rows):
     measured on; `speedup`: total tokens over total seconds against plain decoding's, the median of the
     repetitions with [the least-the most]; `predicted`: the calibration's (predicted_speedup);
     `prompts' IQR`: the interquartile range of each prompt's own speedup; `draft+verify`: a step's cost in
-    plain steps."""
+    plain steps. A column no row fills (threads or predictions not asked for) is left out, and so is the
+    speedup's [spread] when every row was timed in one pass."""
     w = max([36] + [len(r["name"]) for r in rows])                    # the longest row name sets the column
-    lines = [f"{'method':<{w}} {'threads':>7} {'tau':>6} {'repeated':>8} {'fwd/token':>9} {'tok/s':>8} "
-             f"{'speedup [spread]':>20} {'predicted':>9} {'prompts IQR':>13} {'draft+verify':>12}"]
-    for r in rows:
-        q1, _, q3 = r["by_prompt_speedup"]
-        speedup = "{:.2f}x [{:.2f}-{:.2f}]".format(r["speedup"], *r["speedup_spread"])
-        cost = "" if r["step_cost"] is None else "{:.2f}+{:.2f}".format(*r["step_cost"])
-        predicted = "" if r.get("predicted") is None else f"{r['predicted']:.2f}x"
-        tau, fwd = (("-", "-") if r["tau"] is None else            # a peer: not our loop, not counted
-                    (f"{r['tau']:.2f}", f"{r['forwards_per_token']:.3f}"))
-        lines.append(f"{r['name']:<{w}} {r['threads'] or '':>7} {tau:>6} {100 * r['repetition']:>7.0f}% "
-                     f"{fwd:>9} {r['tokens_per_s']:>8.1f} "
-                     f"{speedup:>20} {predicted:>9} "
-                     f"{f'{q1:.2f}-{q3:.2f}':>13} {cost:>12}")
-    return "\n".join(lines)
+    spread = any(lo != hi for lo, hi in (r["speedup_spread"] for r in rows))
+    columns = [("method", -w, lambda r: r["name"]),
+               ("threads", 7, lambda r: r["threads"] or ""),
+               ("tau", 6, lambda r: "-" if r["tau"] is None else f"{r['tau']:.2f}"),  # a peer: not our loop
+               ("repeated", 8, lambda r: f"{100 * r['repetition']:.0f}%"),
+               ("fwd/token", 9, lambda r: "-" if r["tau"] is None else f"{r['forwards_per_token']:.3f}"),
+               ("tok/s", 8, lambda r: f"{r['tokens_per_s']:.1f}"),
+               ("speedup [spread]" if spread else "speedup", 20 if spread else 8,
+                lambda r: f"{r['speedup']:.2f}x" + (" [{:.2f}-{:.2f}]".format(*r["speedup_spread"])
+                                                     if spread else "")),
+               ("predicted", 9, lambda r: "" if r.get("predicted") is None else f"{r['predicted']:.2f}x"),
+               ("prompts IQR", 13, lambda r: "{:.2f}-{:.2f}".format(*r["by_prompt_speedup"][::2])),
+               ("draft+verify", 12, lambda r: "" if r["step_cost"] is None else "{:.2f}+{:.2f}".format(
+                   *r["step_cost"]))]
+    cells = [[str(cell(r)) for r in rows] for _, _, cell in columns]
+    kept = [(head, width, column) for (head, width, _), column in zip(columns, cells) if any(column)]
+    align = lambda text, width: f"{text:<{-width}}" if width < 0 else f"{text:>{width}}"      # noqa: E731
+    return "\n".join(" ".join(align(text, width) for text, width in line).rstrip()
+                     for line in zip(*[[(head, width)] + [(c, width) for c in column]
+                                       for head, width, column in kept]))
 
 
 def format_terciles(rows):
