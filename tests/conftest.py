@@ -55,7 +55,7 @@ def smoke_out(tmp_path_factory):
 # (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands
 # each worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would
 # keep it busy while the other idles, and the quick tests fill the end instead (docs/log.md).
-SLOW_FILES = {"test_batch.py", "test_bench.py", "test_compiled.py", "test_dflash2.py", "test_hf.py",
+SLOW_FILES = {"test_batch.py", "test_bench.py", "test_dflash2.py",
               "test_long_generation.py", "test_notebooks.py", "test_resume.py", "test_sampling_exact.py",
               "test_sampling_kinds.py", "test_tree.py"}
 QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py", "test_greedy_ties.py",
@@ -63,8 +63,18 @@ QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py"
                "test_verify.py"}
 
 
+# First of all, the files whose module fixtures cost seconds a second time: the official code's import
+# (test_hf.py, about 4.5 s) and the compiled graphs (test_compiled.py, seconds of C++ each with an empty
+# compile cache). pytest-xdist sends each worker a run of consecutive tests to start with (an eighth of them
+# on two workers), so these files run whole on the first worker, once.
+ONCE_FILES = ("test_hf.py", "test_compiled.py")
+
+
 def pytest_collection_modifyitems(items):
     def tier(item):
-        return 0 if item.path.name in SLOW_FILES else 2 if item.path.name in QUICK_FILES else 1
+        name = item.path.name
+        if name in ONCE_FILES:
+            return ONCE_FILES.index(name)
+        return 2 if name in SLOW_FILES else 4 if name in QUICK_FILES else 3
     items.sort(key=tier)                                             # stable: each file keeps its order
 
