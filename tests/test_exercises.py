@@ -65,9 +65,11 @@ def probs_answer(cast="logits.double()", top_k=None, softmax="torch.softmax(logi
     return "\n".join(lines) + "\n"
 
 
-def accept_path_answer(draw, before=None, greedy="int(logits[node].argmax())"):
-    """An accept_path answer with the library's walk, its sampled draw of y (lines) and its `greedy` y (an
-    expression) written as a student might; `before`: a line run once before the walk."""
+def accept_path_answer(draw=("y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), "
+                              "generator))",), before=None, greedy="int(logits[node].argmax())"):
+    """An accept_path answer with the library's walk, its sampled draw of y (lines; the library's draw, on the
+    logits as given, by default) and its `greedy` y (an expression) written as a student might; `before`: a
+    line run once before the walk."""
     lines = ["def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):",
              "    node, path = 0, [0]",
              *([f"    {before}"] if before else []),
@@ -753,8 +755,7 @@ WRONG = {
         """, "a fresh torch.Generator() replays one fixed seed"),
     "greedy_walk: numpy on the drafter's device, never moved to the CPU": ("greedy_walk", loop_walk_answer(
         scores="table.detach().numpy()", cand="cand.numpy()"), ".cpu() before .numpy()"),
-    "accept_path: the logits left on the target's device": ("accept_path", accept_path_answer(
-        ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"]),
+    "accept_path: the logits left on the target's device": ("accept_path", accept_path_answer(),
         "move them to the CPU first"),
     "greedy_walk: the table moved to the CPU, the candidates not": ("greedy_walk", loop_walk_answer(
         cand="cand.numpy()"), "with cand on another device"),
@@ -904,7 +905,6 @@ WRONG = {
     "probs_from_logits: the nucleus ranked by a sort that orders ties its own way": ("probs_from_logits",
         probs_answer(), "the contract ranks a tie by id"),
     "accept_path: the greedy token from a float32 copy of the logits": ("accept_path", accept_path_answer(
-        ["y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))"],
         greedy="int(logits[node].float().argmax())"), "a float32 cast rounds them into a tie"),
     "accept_path: greedy, the bonus returned as a 0-d tensor": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
