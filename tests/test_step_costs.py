@@ -117,9 +117,11 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
             "batch 1's costs are its step seconds over a step without drafts: one table prices both"
         plain = entry["plain_seconds"][kind]
         assert plain["token"] > 0 and plain["request"] > 0 and entry["request_seconds"][kind] > 0, entry
-        assert set(entry["batch_step_seconds"][kind]) == {"1", "2"} and \
-            all(s > 0 for s in entry["batch_step_seconds"][kind].values()), \
-            f"{kind}: a plain batched step's seconds at every row count timed, which price a batch: {entry}"
+        batched = entry["batch_step_seconds"][kind]
+        assert set(batched) == {"1", "2"} and all(len(t) == 8 and min(t) > 0 for t in batched.values()), \
+            f"{kind}: a batched step's seconds at t = 1..8 at every row count timed, which price a batch: {entry}"
+        assert tables[kind]["2"] == pytest.approx([s / batched["2"][0] for s in batched["2"]]), \
+            "from two rows on, the costs are the batched step's seconds over a plain batched step's"
     write_costs(tmp_path, entry)
     write_costs(tmp_path, entry)
     other = dict(entry, key=dict(entry["key"], threads=entry["key"]["threads"] + 1))
@@ -255,13 +257,13 @@ def test_predicted_speedup_prices_each_step_by_its_block_and_plain_decoding_by_i
 
 
 def test_a_batch_is_priced_until_its_slowest_row_is_done_at_the_rows_left_in_each_step():
-    entry = dict(batch_step_seconds=dict(greedy={"1": 1.0, "2": 1.6, "4": 2.0}),
-                 costs=dict(greedy={"1": [1.0, 2.0, 2.5], "2": [1.0, 1.5, 2.0], "4": [1.0, 3.0, 4.0]}))
+    entry = dict(batch_step_seconds=dict(greedy={"1": [1.0, 2.0, 2.5], "2": [1.6, 2.4, 3.2],
+                                                 "4": [2.0, 6.0, 8.0]}))
     lengths = [6, 2, 4]                           # plain: steps 1..5 at 3, 2, 2, 1, 1 rows left
     plain_3 = 1.6 + (2.0 - 1.6) / 2               # 3 rows: between the 2 and 4 rows measured
     plain = plain_3 + 2 * 1.6 + 2 * 1.0
     steps = [(3, 3), (2, 2), (3, 1)]               # (block size, rows in the step)
-    spec = plain_3 * (2.0 + (4.0 - 2.0) / 2) + 1.6 * 1.5 + 1.0 * 2.5
+    spec = (3.2 + 8.0) / 2 + 2.4 + 2.5            # each step's own seconds, 3 rows between 2 and 4
     assert predicted_batch_speedup(entry, [(lengths, steps)]) == pytest.approx(plain / spec), \
         "each step at its own rows: a row that is done leaves the batch, the slowest row sets how many steps"
     assert predicted_batch_speedup(entry, [([5, 5], [(1, 2)] * 4)]) == pytest.approx(1.0), \

@@ -18,7 +18,8 @@ A calibration entry also holds the seconds behind the table: batch 1's step of t
 calibration chose for its kind. A generation of steps of blocks b_1..b_k is priced at request + sum of
 step(b_i), plain decoding of the same tokens at its request + one token per token after the first; the
 predicted speedup is the second over the first, summed over the generations (the bench's speedup: total
-tokens over total seconds).
+tokens over total seconds). A batch is priced the same way by the batched decoder's own steps, at every row
+count and block size, against plain batched steps of the same rows (`predicted_batch_speedup`).
 
 A table is kept per machine key (device, dtype, thread count, torch version, compile mode: what changes a
 step's cost). Without a table for the current key, auto uses DEFAULT_COSTS below and says so, once per
@@ -211,13 +212,19 @@ def predicted_speedup(entry, runs, sampled=False):
     return plain / sum(predicted_seconds(entry, blocks, sampled) for _, blocks in runs)
 
 
+def prices_batches(entry):
+    """Whether a calibration entry can price a batch: it holds the batched steps' seconds at every block size
+    ({kind: {rows: [s at t = 1..B]}})."""
+    tables = (entry or {}).get("batch_step_seconds", {}).get("greedy", {})
+    return bool(tables) and all(isinstance(t, list) for t in tables.values())
+
+
 def batch_step_seconds(entry, rows, n_drafts, sampled=False):
     """The seconds of one batched step of `rows` rows with n_drafts drafts per row (0: a plain batched step),
-    priced by a calibration `entry`: a plain batched step of those rows times the table's cost(n_drafts),
-    both linear between the measured row counts (costs_for_rows)."""
-    kind = table_kind(sampled)
-    plain = costs_for_rows(rows, lambda r: [entry["batch_step_seconds"][kind][str(r)]])[0]
-    return plain * costs_for_rows(rows, lambda r: entry["costs"][kind][str(r)])[n_drafts]
+    priced by a calibration `entry`: its batched step of n_drafts + 1 tokens per row, linear between the
+    measured row counts (costs_for_rows)."""
+    tables = entry["batch_step_seconds"][table_kind(sampled)]
+    return costs_for_rows(rows, lambda r: tables[str(r)])[n_drafts]
 
 
 def predicted_batch_speedup(entry, batches, sampled=False):
@@ -228,8 +235,7 @@ def predicted_batch_speedup(entry, batches, sampled=False):
     from the prefill), a speculative step at its own block and rows. The prefills, the same prompts on both
     sides, are left out.
 
-    >>> entry = dict(batch_step_seconds=dict(greedy={"1": 1.0, "2": 1.5}),
-    ...              costs=dict(greedy={"1": [1.0, 2.0], "2": [1.0, 3.0]}))
+    >>> entry = dict(batch_step_seconds=dict(greedy={"1": [1.0, 2.0], "2": [1.5, 4.5]}))
     >>> predicted_batch_speedup(entry, [([5, 3], [(2, 2), (2, 1)])])   # (2 x 1.5 + 2 x 1.0) / (4.5 + 2.0)
     0.7692307692307693
     """

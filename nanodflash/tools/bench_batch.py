@@ -27,7 +27,7 @@ import torch
 
 from ..ext.batch import batch_costs, generate_batch, speculative_generate_batch
 from ..ext.batch_policy import COST_ROWS
-from ..ext.step_costs import calibration, predicted_batch_speedup
+from ..ext.step_costs import calibration, predicted_batch_speedup, prices_batches
 from ..speculative import speculative_generate
 from ..store.checkpoint import load
 from ..store.run_folder import drafter_path, run_corpus
@@ -259,7 +259,7 @@ def main(argv=None):
           f"{args.max_new_tokens} new tokens, {describe_sampling(sampling)} | {machine(args.device)}")
     result = dict(args={k: v for k, v in vars(args).items()}, batch={})
     entry = calibration(drafter)
-    entry = entry if entry and "batch_step_seconds" in entry else None    # none: calibrated before batches
+    entry = entry if prices_batches(entry) else None     # none: no batched steps' seconds to price with
     if not args.costs_only:
         t0 = time.perf_counter()
         for R in args.batch:

@@ -267,33 +267,25 @@ def plain_batch_step(target, drafter, rows, sampled):
 
 
 @torch.no_grad()
-def time_batch_steps(target, drafter, rows, n_calls=N_CALLS, sampled=False):
-    """{t: seconds of one step of `rows` rows with blocks of t tokens}: at t = 1 a plain batched step, at the
-    other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the loop runs it
-    (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's context).
-    sampled: both at SAMPLED_T (drafts drawn from q and verified row by row, as the loop does)."""
-    B, sampling = drafter.block_size, batch_sampling(sampled)
-    plain, device = plain_batch_step(target, drafter, rows, sampled)
-    steps = {1: plain}
-    for t in COST_TOKENS:
-        if 1 < t <= B:
-            spec = SpecBatch(target, drafter, batch_prompts(target, drafter, rows), 2 * B, block_size=t,
-                             **sampling)
-            steps[t] = repeatable_step(spec, spec.step)
-    return median_seconds(steps, device, n_calls)
-
-
-@torch.no_grad()
-def time_plain_batches(target, drafter, rows, n_calls=N_CALLS):
-    """{kind: {rows: a plain batched step's seconds}} for every row count, greedy and sampled, all in one
-    interleaved loop: a batch is priced by these seconds at the rows it has left, so a slow moment of the
-    machine must weigh on every row count alike, not shift one of them."""
-    steps, device = {}, None
+def time_batch_tables(target, drafter, rows, n_calls=N_CALLS):
+    """{kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, kind "greedy" or "sampled", for
+    every row count: at t = 1 a plain batched step (PlainBatch.plain_step, what plain batched decoding pays per
+    token), at the other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the
+    loop runs it (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's
+    context; sampled: drafts drawn from q and verified row by row at SAMPLED_T), linear in between. Every row
+    count and kind in one interleaved loop: a batch is priced by these seconds at the rows it has left, so a
+    slow moment of the machine must weigh on every row count alike, not shift one of them."""
+    B, steps, device = drafter.block_size, {}, None
     for kind in ("greedy", "sampled"):
         for R in rows:
-            steps[kind, str(R)], device = plain_batch_step(target, drafter, R, kind == "sampled")
-    seconds = median_seconds(steps, device, n_calls)
-    return {kind: {str(R): seconds[kind, str(R)] for R in rows} for kind in ("greedy", "sampled")}
+            steps[kind, R, 1], device = plain_batch_step(target, drafter, R, kind == "sampled")
+            for t in (t for t in COST_TOKENS if 1 < t <= B):
+                spec = SpecBatch(target, drafter, batch_prompts(target, drafter, R), 2 * B, block_size=t,
+                                 **batch_sampling(kind == "sampled"))
+                steps[kind, R, t] = repeatable_step(spec, spec.step)
+    s = median_seconds(steps, device, n_calls)
+    return {kind: {str(R): interpolated({t: v for (k, r, t), v in s.items() if (k, r) == (kind, R)}, B)
+                   for R in rows} for kind in ("greedy", "sampled")}
 
 
 def run_text(tok, out_dir):
@@ -312,21 +304,21 @@ def processor():
 
 def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text=None):
     """Greedy and sampled, at the `threads` {plain, speculative} -> (costs {kind: {rows: [cost(n) for n in
-    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps), a plain batched step's
-    seconds {kind: {rows: s}}, which prices a batch)."""
-    B = drafter.block_size
+    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps), the batched steps'
+    seconds {kind: {rows: [s at t = 1..B]}} (time_batch_tables), which price a batch). One row's costs are
+    batch 1's (a one-prompt batch decides as speculative_generate does); from two rows on, a batched step
+    over a plain batched step of the same rows."""
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
     with using_threads(threads["speculative"]):
-        plain = time_plain_batches(target, drafter, rows, n_calls)
-        for R in rows:
-            for kind in costs:
-                if R > 1:                                # batch 1's costs: time_single_steps'
-                    seconds = time_batch_steps(target, drafter, R, n_calls, kind == "sampled")
-                    costs[kind][str(R)] = relative_costs(seconds, B)
-                log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {B - 1} drafts per "
-                    f"row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
-    return costs, single, plain
+        batch = time_batch_tables(target, drafter, rows, n_calls) if rows else {k: {} for k in costs}
+    for R in sorted({1, *rows}):
+        for kind in costs:
+            if R > 1:
+                costs[kind][str(R)] = [s / batch[kind][str(R)][0] for s in batch[kind][str(R)]]
+            log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {drafter.block_size - 1} "
+                f"drafts per row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
+    return costs, single, batch
 
 
 def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None,
@@ -334,8 +326,8 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
     count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
     0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
-    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows: a plain
-    batched step's seconds}} (at the speculative count), block_size, target (the fingerprint of the
+    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows:
+    [seconds of a batched step of t tokens per row for t in 1..B]}} (at the speculative count), block_size, target (the fingerprint of the
     target timed), machine, measured, seconds}, kind "greedy" or "sampled". compiled: batch 1's steps with
     the drafter's pass compiled, under the compiled key (the batched decoder has no compiled pass). text:
     token ids of the run's text to time on (run_text), CONTEXT of them at least; max_threads: the most
@@ -344,7 +336,7 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     device = next(target.parameters()).device
     drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter
     threads = choose_threads(target, drafter, n_calls, log, text, max_threads)
-    costs, single, batch = step_tables(target, drafter, threads, (1,) if compiled else rows, n_calls, log,
+    costs, single, batch = step_tables(target, drafter, threads, () if compiled else rows, n_calls, log,
                                        text)
     with using_threads(threads["speculative"]):
         key = cost_key(target, compiled)
