@@ -119,7 +119,7 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
         assert plain["token"] > 0 and plain["request"] > 0 and entry["request_seconds"][kind] > 0, entry
         batched = entry["batch_step_seconds"][kind]
         assert set(batched) == {"1", "2"} and all(len(t) == 8 and min(t) > 0 for t in batched.values()), \
-            f"{kind}: a batched step's seconds at t = 1..8 at every row count timed, which price a batch: {entry}"
+            f"{kind}: a batched step's seconds at t = 1..8 at every row count, which price a batch: {entry}"
         assert tables[kind]["2"] == pytest.approx([s / batched["2"][0] for s in batched["2"]]), \
             "from two rows on, the costs are the batched step's seconds over a plain batched step's"
     write_costs(tmp_path, entry)

@@ -3,7 +3,7 @@ decode with and the step costs block_size="auto" weighs drafts by and the bench 
 (nanodflash/ext/step_costs.py). Decoding itself never times anything.
 
     python -m nanodflash.tools.calibrate --out out               # writes out/costs.json: this machine's
-    python -m nanodflash.tools.calibrate --out out --calls 31    # more calls per step, a steadier median
+    python -m nanodflash.tools.calibrate --out out --calls 61    # more calls per step, a steadier median
     python -m nanodflash.tools.calibrate --out out --compile     # batch 1 with the drafter's pass compiled
 
 Threads first: plain greedy decoding and a full-block speculative step are timed at 1, 2, ... threads (up to
@@ -17,7 +17,8 @@ and sampled, at each of COST_TOKENS block sizes (linear in between), put back af
 decoding's token and request (`generate`, at the plain count). 2 to 32 rows: the batched decoder's whole
 step (batch.SpecBatch.step) over a plain batched step (plain_batch.PlainBatch.plain_step), since a batch
 drafts only when that beats plain batched decoding. Each is the median of `calls` calls, every step's calls
-interleaved with the others' by the benchmarks' one timing loop (measure.interleaved). train_tiny.py
+interleaved with the others' by the benchmarks' one timing loop (measure.interleaved), each right after an
+untimed call of the same step (in a decode a step follows a step of its kind). train_tiny.py
 calibrates at its end; costs.json keeps one entry per machine key (device, dtype, threads, torch version,
 compile mode), so a folder copied to another machine keeps its first machine's and gets one of its own.
 """
@@ -48,8 +49,8 @@ CONTEXT = 64                      # tokens of context the timed steps attend to 
 PROMPT_LEN = 16                   # the timed request's prompt: the bench's prompts' length
 PLAIN_TOKENS = 16                 # plain decoding's token: (generate 1 + this many - generate 1) / this many
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
-N_CALLS = 61                      # timed calls per block size (the median counts), after one warm-up each:
-                                  # how well two calibrations agree: docs/log.md
+N_CALLS = 31                      # timed calls per block size (the median counts), each after an untimed
+                                  # call of its own: how well two calibrations agree: docs/log.md
 SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature and top-p (the bench's)
 MAX_THREADS = 8                   # thread counts tried: 1 .. min(this, the machine's CPUs)
 SEED = 7                          # picks the run's text the steps are timed on
@@ -59,11 +60,11 @@ SAME_SPEED = 0.03                 # more threads must be this much faster to be 
 def median_seconds(steps, device, n=N_CALLS):
     """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, timed by the benchmarks'
     one loop (measure.interleaved: every step's call in turn, the order rotated call by call, so a slow
-    moment of the machine weighs on all of them alike), after one untimed warm-up call each."""
-    for fn in steps.values():
-        fn()
+    moment of the machine weighs on all of them alike), each timed call right after an untimed one of its
+    own (warm: as in a decode, where a step follows a step of its kind)."""
     times = {name: [] for name in steps}
-    for _, name, _, seconds in interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device):
+    loop = interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device, warm=True)
+    for _, name, _, seconds in loop:
         times[name].append(seconds)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
@@ -269,12 +270,13 @@ def plain_batch_step(target, drafter, rows, sampled):
 @torch.no_grad()
 def time_batch_tables(target, drafter, rows, n_calls=N_CALLS):
     """{kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, kind "greedy" or "sampled", for
-    every row count: at t = 1 a plain batched step (PlainBatch.plain_step, what plain batched decoding pays per
-    token), at the other COST_TOKENS sizes up to the drafter's block size a batched speculative step as the
-    loop runs it (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the drafter's
-    context; sampled: drafts drawn from q and verified row by row at SAMPLED_T), linear in between. Every row
-    count and kind in one interleaved loop: a batch is priced by these seconds at the rows it has left, so a
-    slow moment of the machine must weigh on every row count alike, not shift one of them."""
+    every row count: at t = 1 a plain batched step (PlainBatch.plain_step, what plain batched decoding pays
+    per token), at the other COST_TOKENS sizes up to the drafter's block size a batched speculative step as
+    the loop runs it (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the
+    drafter's context; sampled: drafts drawn from q and verified row by row at SAMPLED_T), linear in
+    between. Every row count and kind in one interleaved loop: a batch is priced by these seconds at the
+    rows it has left, so a slow moment of the machine must weigh on every row count alike, not shift one of
+    them."""
     B, steps, device = drafter.block_size, {}, None
     for kind in ("greedy", "sampled"):
         for R in rows:
@@ -316,8 +318,9 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
         for kind in costs:
             if R > 1:
                 costs[kind][str(R)] = [s / batch[kind][str(R)][0] for s in batch[kind][str(R)]]
-            log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with {drafter.block_size - 1} "
-                f"drafts per row costs {costs[kind][str(R)][-1]:.2f} steps without drafts")
+            log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with "
+                f"{drafter.block_size - 1} drafts per row costs {costs[kind][str(R)][-1]:.2f} steps without "
+                "drafts")
     return costs, single, batch
 
 
@@ -326,12 +329,12 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
     """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
     count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
     0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
-    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows:
-    [seconds of a batched step of t tokens per row for t in 1..B]}} (at the speculative count), block_size, target (the fingerprint of the
-    target timed), machine, measured, seconds}, kind "greedy" or "sampled". compiled: batch 1's steps with
-    the drafter's pass compiled, under the compiled key (the batched decoder has no compiled pass). text:
-    token ids of the run's text to time on (run_text), CONTEXT of them at least; max_threads: the most
-    threads tried."""
+    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows: [seconds
+    of a batched step of t tokens per row for t in 1..B]}} (at the speculative count), block_size, target
+    (the fingerprint of the target timed), machine, measured, seconds}, kind "greedy" or "sampled".
+    compiled: batch 1's steps with the drafter's pass compiled, under the compiled key (the batched decoder
+    has no compiled pass). text: token ids of the run's text to time on (run_text), CONTEXT of them at
+    least; max_threads: the most threads tried."""
     t0, B = time.perf_counter(), drafter.block_size
     device = next(target.parameters()).device
     drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter

@@ -126,17 +126,22 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def interleaved(methods, items, run, device="cpu"):
+def interleaved(methods, items, run, device="cpu", warm=False):
     """The one timing loop of the benchmarks: for item i, every method once, the order rotated by i so that no
     method always runs first (and none always pays for, or profits from, what another left in the caches).
     run(method, item, i) -> result; yields (i, method, result, seconds), the device synchronised around each
-    timed call. Every measured speedup in the project comes out of this loop.
+    timed call. Every measured speedup in the project comes out of this loop. warm: each timed call right
+    after an untimed one of the same method and item, for calls as short as one decoding step: in a decode a
+    step follows a step of its own kind, and a step timed after a much larger one (32 rows) would pay for
+    reading the weights back into the CPU's caches (5-10% of a one-row step here).
 
     >>> [(i, m) for i, m, _, _ in interleaved(["a", "b"], ["x", "y"], lambda m, item, i: None)]
     [(0, 'a'), (0, 'b'), (1, 'b'), (1, 'a')]
     """
     for i, item in enumerate(items):
         for m in methods[i % len(methods):] + methods[: i % len(methods)]:
+            if warm:
+                run(m, item, i)
             sync(device)
             t0 = time.perf_counter()
             result = run(m, item, i)
