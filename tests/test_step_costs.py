@@ -122,6 +122,9 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
             f"{kind}: a batched step's seconds at t = 1..8 at every row count, which price a batch: {entry}"
         assert tables[kind]["2"] == pytest.approx([s / batched["2"][0] for s in batched["2"]]), \
             "from two rows on, the costs are the batched step's seconds over a plain batched step's"
+    starts = entry["batch_start_seconds"]
+    assert set(starts) == {"1", "2"} and all(min(s.values()) > 0 for s in starts.values()), \
+        f"a batched generation's start (plain and speculative) at every row count: {starts}"
     write_costs(tmp_path, entry)
     write_costs(tmp_path, entry)
     other = dict(entry, key=dict(entry["key"], threads=entry["key"]["threads"] + 1))
@@ -268,6 +271,11 @@ def test_a_batch_is_priced_until_its_slowest_row_is_done_at_the_rows_left_in_eac
         "each step at its own rows: a row that is done leaves the batch, the slowest row sets how many steps"
     assert predicted_batch_speedup(entry, [([5, 5], [(1, 2)] * 4)]) == pytest.approx(1.0), \
         "steps without drafts cost what plain batched steps do"
+    entry["batch_start_seconds"] = {"2": dict(plain=0.5, speculative=1.5),
+                                    "4": dict(plain=1.5, speculative=3.5)}
+    started = predicted_batch_speedup(entry, [(lengths, steps)])
+    assert started == pytest.approx((1.0 + plain) / (2.5 + spec)), \
+        "each side starts its batch (3 rows: between the 2 and 4 rows measured)"
 
 
 def test_the_what_if_panel_prices_a_step_in_the_tokens_plain_decoding_emits_in_its_time():

@@ -227,21 +227,34 @@ def batch_step_seconds(entry, rows, n_drafts, sampled=False):
     return costs_for_rows(rows, lambda r: tables[str(r)])[n_drafts]
 
 
+def batch_start_seconds(entry, rows):
+    """(plain, speculative): the seconds of starting a batched generation of `rows` rows (its caches and its
+    prefill; a speculative one projects the prompts into the drafter's context too), priced by a calibration
+    `entry`, linear between the measured row counts; (0, 0) for an entry without them."""
+    starts = entry.get("batch_start_seconds")              # greedy starts: a sampled one differs by a draw
+    if not starts:
+        return 0.0, 0.0
+    return tuple(costs_for_rows(rows, lambda r: [starts[str(r)]["plain"], starts[str(r)]["speculative"]]))
+
+
 def predicted_batch_speedup(entry, batches, sampled=False):
     """The speedup the calibration predicts for batched generations over plain batched decoding of the same
     prompts. batches: [(plain's row lengths, [(block size, rows in the step) for each speculative step])].
-    A batch steps until its slowest row is done; a row that is done leaves it, so each step is priced at the
-    rows still in it: plain decoding's k-th step at the rows longer than k tokens (its first token comes
-    from the prefill), a speculative step at its own block and rows. The prefills, the same prompts on both
-    sides, are left out.
+    Each side starts its batch (batch_start_seconds: the caches, the prefill, the first token); then a batch
+    steps until its slowest row is done, and a row that is done leaves it, so each step is priced at the rows
+    still in it: plain decoding's k-th step at the rows longer than k tokens, a speculative step at its own
+    block and rows.
 
-    >>> entry = dict(batch_step_seconds=dict(greedy={"1": [1.0, 2.0], "2": [1.5, 4.5]}))
-    >>> predicted_batch_speedup(entry, [([5, 3], [(2, 2), (2, 1)])])   # (2 x 1.5 + 2 x 1.0) / (4.5 + 2.0)
-    0.7692307692307693
+    >>> entry = dict(batch_step_seconds=dict(greedy={"1": [1.0, 2.0], "2": [1.5, 4.5]}),
+    ...              batch_start_seconds={"1": dict(plain=1.0, speculative=1.5),
+    ...                                   "2": dict(plain=1.0, speculative=1.5)})
+    >>> predicted_batch_speedup(entry, [([5, 3], [(2, 2), (2, 1)])])   # (1 + 3 + 2) / (1.5 + 4.5 + 2)
+    0.75
     """
     plain = spec = 0.0
     for lengths, steps in batches:
-        plain += sum(batch_step_seconds(entry, sum(n > k for n in lengths), 0, sampled)
-                     for k in range(1, max(lengths)))
-        spec += sum(batch_step_seconds(entry, rows, block - 1, sampled) for block, rows in steps)
+        start_plain, start_spec = batch_start_seconds(entry, len(lengths))
+        plain += start_plain + sum(batch_step_seconds(entry, sum(n > k for n in lengths), 0, sampled)
+                                   for k in range(1, max(lengths)))
+        spec += start_spec + sum(batch_step_seconds(entry, rows, block - 1, sampled) for block, rows in steps)
     return plain / spec

@@ -11,14 +11,15 @@ this machine's CPUs, at most MAX_THREADS), and each gets the fewest threads with
 (verifying a block is parallel work a plain step lacks: the two may differ). Then, at the speculative count,
 the library's own code is timed as the decoders run it: batch 1's `speculative_step` (the nano core's step:
 draft n tokens in one pass, verify n+1, keep a prefix, roll both caches back) after CONTEXT tokens of the
-run's own text (run_text: the drafts it keeps and the sampler's nucleus are then the decoders'), greedy
-and sampled, at each of COST_TOKENS block sizes (linear in between), put back after each call; a request
+run's own text (run_text: the drafts it keeps and the sampler's nucleus are then the decoders'), greedy and
+sampled, at each of COST_TOKENS block sizes (linear in between), put back after each call; a request
 (`speculative_generate` of one token: the caches and the prefill of a PROMPT_LEN-token prompt); plain
-decoding's token and request (`generate`, at the plain count). 2 to 32 rows: the batched decoder's whole
-step (batch.SpecBatch.step) over a plain batched step (plain_batch.PlainBatch.plain_step), since a batch
-drafts only when that beats plain batched decoding. Each is the median of `calls` calls, every step's calls
-interleaved with the others' by the benchmarks' one timing loop (measure.interleaved), each right after an
-untimed call of the same step (in a decode a step follows a step of its kind). train_tiny.py
+decoding's token and request (`generate`, at the plain count). 1 to 32 rows: the batched decoder's whole step
+(batch.SpecBatch.step) and a plain batched step (plain_batch.PlainBatch.plain_step), each inside generations
+of the run's text as the bench runs them (BatchSteps); from 2 rows on, `auto` weighs drafts by their ratio,
+since a batch drafts only when that beats plain batched decoding. Each is the median of `calls` calls, every
+step's calls interleaved with the others' by the benchmarks' one timing loop (measure.interleaved), each right
+after an untimed call of the same step (in a decode a step follows a step of its kind). train_tiny.py
 calibrates at its end; costs.json keeps one entry per machine key (device, dtype, threads, torch version,
 compile mode), so a folder copied to another machine keeps its first machine's and gets one of its own.
 """
@@ -47,6 +48,7 @@ from .measure import interleaved
 
 CONTEXT = 64                      # tokens of context the timed steps attend to (a bench generation's middle)
 PROMPT_LEN = 16                   # the timed request's prompt: the bench's prompts' length
+BATCH_NEW_TOKENS = 96             # a timed batch's generations' tokens: the bench's (and its widths)
 PLAIN_TOKENS = 16                 # plain decoding's token: (generate 1 + this many - generate 1) / this many
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
 N_CALLS = 31                      # timed calls per block size (the median counts), each after an untimed
@@ -229,29 +231,11 @@ def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
     return out
 
 
-def batch_prompts(target, drafter, rows):
-    """`rows` prompts of the timed context, row r's CONTEXT - r % 3 tokens long (the ragged write and mask
-    are the loop's)."""
-    n = min(CONTEXT, target.config.max_seq_len - 3 * drafter.block_size)
-    context = [i % target.config.vocab_size for i in range(n)]
-    return [context[: n - r % 3] for r in range(rows)]
-
-
-def repeatable_step(batch, step):
-    """A call of batch's `step` that is put back after it (the emitted tokens, the cache lengths, the
-    drafter's context), so it can be timed again and again from one prefilled state."""
-    batch.prefill()
-    outs, lens = [len(o) for o in batch.outs], list(batch.cache.lengths)
-    mark = batch.context.mark() if isinstance(batch, SpecBatch) else None
-
-    def call():
-        step()
-        for out, k in zip(batch.outs, outs):
-            del out[k:]
-        batch.cache.lengths, batch.cache.length = list(lens), max(lens)
-        if mark is not None:
-            batch.context.rewind(mark)
-    return call
+def batch_prompts(target, rows, text=None):
+    """`rows` prompts of PROMPT_LEN tokens for a timed batch: consecutive pieces of the run's text (the drafts
+    the rows keep are then the decoders'), else ids spread over the vocabulary."""
+    ids = token_ids(target, rows * PROMPT_LEN, text)
+    return [ids[r * PROMPT_LEN: (r + 1) * PROMPT_LEN] for r in range(rows)]
 
 
 def batch_sampling(sampled):
@@ -259,40 +243,82 @@ def batch_sampling(sampled):
     return dict(temperature=SAMPLED[0] if sampled else 0.0, generator=torch.Generator().manual_seed(0))
 
 
-def plain_batch_step(target, drafter, rows, sampled):
-    """A repeatable plain batched step of `rows` rows (PlainBatch.plain_step: what plain batched decoding pays
-    per token), at SAMPLED_T if sampled."""
-    plain = PlainBatch(target, batch_prompts(target, drafter, rows), 2 * drafter.block_size,
-                       **batch_sampling(sampled))
-    return repeatable_step(plain, plain.plain_step), plain.device
+class BatchSteps:
+    """The steps of batched generations of BATCH_NEW_TOKENS tokens, one step per call, as the loop runs them
+    (drop_finished, then the step): the rows grow apart as they keep different numbers of drafts, and a step
+    attends as wide as the longest row, as the decoders' steps do. Every timed step has all its rows: calls
+    come in pairs (median_seconds: an untimed call, then the timed one), and the first of a pair starts a new
+    generation (construction and prefill) where the running one could lose a row within the pair.
+    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step)."""
+
+    def __init__(self, new_batch, t):
+        self.new_batch, self.t, self.calls, self.batch = new_batch, t, 0, None
+
+    def rows_left(self):
+        """The fewest tokens any row has left to generate (inf before the first generation)."""
+        b = self.batch
+        return min(b.max_new - len(b.outs[r]) for r in b.rows) if b is not None else float("inf")
+
+    def __call__(self):
+        if self.calls % 2 == 0 and (self.batch is None or self.rows_left() <= 2 * self.t):
+            self.batch = self.new_batch()
+            self.batch.prefill()
+        self.calls += 1
+        self.batch.drop_finished()
+        if self.t == 1:
+            self.batch.plain_step()
+        else:
+            self.batch.step()
+
+
+def new_batch_of(target, drafter, rows, t, sampled, text=None):
+    """() -> a new batched generation of `rows` prompts of the run's text: a PlainBatch (t = 1) or a SpecBatch
+    at block size t, at SAMPLED_T if sampled."""
+    def new_batch():
+        prompts, how = batch_prompts(target, rows, text), batch_sampling(sampled)
+        if t == 1:
+            return PlainBatch(target, prompts, BATCH_NEW_TOKENS, **how)
+        return SpecBatch(target, drafter, prompts, BATCH_NEW_TOKENS, block_size=t, **how)
+    return new_batch
+
+
+def prefill_call(new_batch):
+    """A batched generation's start, as a call: its construction (the caches) and its prefill."""
+    return lambda: new_batch().prefill()
 
 
 @torch.no_grad()
-def time_batch_tables(target, drafter, rows, n_calls=N_CALLS):
-    """{kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, kind "greedy" or "sampled", for
-    every row count: at t = 1 a plain batched step (PlainBatch.plain_step, what plain batched decoding pays
-    per token), at the other COST_TOKENS sizes up to the drafter's block size a batched speculative step as
-    the loop runs it (SpecBatch.step: draft t-1 tokens per row, verify t per row, emit, project into the
-    drafter's context; sampled: drafts drawn from q and verified row by row at SAMPLED_T), linear in
-    between. Every row count and kind in one interleaved loop: a batch is priced by these seconds at the
-    rows it has left, so a slow moment of the machine must weigh on every row count alike, not shift one of
-    them."""
-    B, steps, device = drafter.block_size, {}, None
-    for kind in ("greedy", "sampled"):
-        for R in rows:
-            steps[kind, R, 1], device = plain_batch_step(target, drafter, R, kind == "sampled")
-            for t in (t for t in COST_TOKENS if 1 < t <= B):
-                spec = SpecBatch(target, drafter, batch_prompts(target, drafter, R), 2 * B, block_size=t,
-                                 **batch_sampling(kind == "sampled"))
-                steps[kind, R, t] = repeatable_step(spec, spec.step)
-    s = median_seconds(steps, device, n_calls)
-    return {kind: {str(R): interpolated({t: v for (k, r, t), v in s.items() if (k, r) == (kind, R)}, B)
-                   for R in rows} for kind in ("greedy", "sampled")}
+def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
+    """({kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, {rows: {plain, speculative}:
+    seconds of a generation's start}), kind "greedy" or "sampled", for every row count: at t = 1 a plain
+    batched step (PlainBatch.plain_step, what plain batched decoding pays per token), at the other
+    COST_TOKENS sizes up to the drafter's block size a batched speculative step (SpecBatch.step: draft t-1
+    tokens per row, verify t per row, emit, project into the drafter's context; sampled: drafts drawn from
+    q and verified row by row at SAMPLED_T), each inside generations of the run's text (BatchSteps),
+    linear in between; a start is a batch's construction and prefill (a SpecBatch's projects the prompts
+    into the drafter's context too), greedy (a sampled start differs by one draw). Every row count and
+    kind in one interleaved loop: a batch is priced by these seconds at the rows it has left, so a slow
+    moment of the machine must weigh on every row count alike, not shift one of them."""
+    B, device = drafter.block_size, next(target.parameters()).device
+    sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
+    steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t)
+             for kind in kinds for R in rows for t in sizes}
+    starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
+              for R in rows for side, t in (("plain", 1), ("speculative", B))}
+    s = median_seconds(steps | starts, device, n_calls)
+    return ({kind: {str(R): interpolated({t: s[kind, R, t] for t in sizes}, B) for R in rows}
+             for kind in kinds},
+            {str(R): {side: s[R, side] for side in ("plain", "speculative")} for R in rows})
 
 
 def run_text(tok, out_dir):
-    """CONTEXT token ids of the run's validation text (a held-out prompt's worth, longer)."""
-    return val_prompts(tok, 1, CONTEXT, SEED, run_corpus(out_dir))[0]
+    """Token ids of the run's validation text: enough for a batch of max(COST_ROWS) prompts of PROMPT_LEN
+    tokens, else (a small corpus) CONTEXT of them (the batches then time prompts spread over the
+    vocabulary)."""
+    try:
+        return val_prompts(tok, 1, max(CONTEXT, max(COST_ROWS) * PROMPT_LEN), SEED, run_corpus(out_dir))[0]
+    except ValueError:
+        return val_prompts(tok, 1, CONTEXT, SEED, run_corpus(out_dir))[0]
 
 
 def processor():
@@ -306,14 +332,14 @@ def processor():
 
 def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text=None):
     """Greedy and sampled, at the `threads` {plain, speculative} -> (costs {kind: {rows: [cost(n) for n in
-    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps), the batched steps'
-    seconds {kind: {rows: [s at t = 1..B]}} (time_batch_tables), which price a batch). One row's costs are
+    0..B-1]}}, batch 1's figures {kind: {steps, request, plain}} (time_single_steps), the batched steps' and
+    starts' seconds (time_batch_tables), which price a batch). One row's costs are
     batch 1's (a one-prompt batch decides as speculative_generate does); from two rows on, a batched step
     over a plain batched step of the same rows."""
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
     with using_threads(threads["speculative"]):
-        batch = time_batch_tables(target, drafter, rows, n_calls) if rows else {k: {} for k in costs}
+        batch, starts = time_batch_tables(target, drafter, rows, n_calls, text) if rows else ({}, {})
     for R in sorted({1, *rows}):
         for kind in costs:
             if R > 1:
@@ -321,26 +347,27 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
             log(f"[calibrate] {R:2d} row{'s' if R > 1 else ' '}, {kind}: a step with "
                 f"{drafter.block_size - 1} drafts per row costs {costs[kind][str(R)][-1]:.2f} steps without "
                 "drafts")
-    return costs, single, batch
+    return costs, single, (batch, starts)
 
 
 def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compiled=False, text=None,
               max_threads=MAX_THREADS):
     """Time decoding and return costs.json's entry for this machine: {key (its threads: the speculative
-    count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n in
-    0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds: {kind: s},
-    plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind: {rows: [seconds
-    of a batched step of t tokens per row for t in 1..B]}} (at the speculative count), block_size, target
-    (the fingerprint of the target timed), machine, measured, seconds}, kind "greedy" or "sampled".
-    compiled: batch 1's steps with the drafter's pass compiled, under the compiled key (the batched decoder
-    has no compiled pass). text: token ids of the run's text to time on (run_text), CONTEXT of them at
-    least; max_threads: the most threads tried."""
+    count), threads: {plain, speculative, by_count} (choose_threads), costs: {kind: {rows: [cost(n) for n
+    in 0..B-1]}}, step_seconds: {kind: [batch 1's step of t tokens for t in 1..B]}, request_seconds:
+    {kind: s}, plain_seconds: {kind: {token, request}} (at the plain count), batch_step_seconds: {kind:
+    {rows: [seconds of a batched step of t tokens per row for t in 1..B]}} and batch_start_seconds: {rows:
+    {plain, speculative}: a batched generation's construction and prefill} (both at the speculative
+    count), block_size, target (the fingerprint of the target timed), machine, measured, seconds}, kind
+    "greedy" or "sampled". compiled: batch 1's steps with the drafter's pass compiled, under the compiled
+    key (the batched decoder has no compiled pass). text: token ids of the run's text to time on
+    (run_text), CONTEXT of them at least; max_threads: the most threads tried."""
     t0, B = time.perf_counter(), drafter.block_size
     device = next(target.parameters()).device
     drafter = compiled_pass.compile_drafter(drafter) if compiled else drafter
     threads = choose_threads(target, drafter, n_calls, log, text, max_threads)
-    costs, single, batch = step_tables(target, drafter, threads, () if compiled else rows, n_calls, log,
-                                       text)
+    costs, single, (batch, starts) = step_tables(target, drafter, threads, () if compiled else rows, n_calls,
+                                                 log, text)
     with using_threads(threads["speculative"]):
         key = cost_key(target, compiled)
     where = processor() if device.type == "cpu" else torch.cuda.get_device_name(device)
@@ -348,7 +375,7 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
                 step_seconds={k: t["steps"] for k, t in single.items()},
                 request_seconds={k: t["request"] for k, t in single.items()},
                 plain_seconds={k: t["plain"] for k, t in single.items()}, batch_step_seconds=batch,
-                target=fingerprint(target),
+                batch_start_seconds=starts, target=fingerprint(target),
                 machine=f"{where}, {os.cpu_count()} CPUs, {platform.system()}",
                 measured=datetime.date.today().isoformat(), seconds=round(time.perf_counter() - t0, 1))
 
