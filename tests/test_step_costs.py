@@ -30,7 +30,7 @@ from nanodflash.ext.step_costs import (
 from nanodflash.speculative import generate, speculative_generate
 from nanodflash.store.checkpoint import fingerprint
 from nanodflash.store.run_folder import COSTS, read_costs, write_costs
-from nanodflash.tools.calibrate import calibrate, relative_costs
+from nanodflash.tools.calibrate import SAME_SPEED, calibrate, relative_costs
 from nanodflash.tools.cli import decode_threads, using_threads
 
 PROMPT = [3, 14, 15, 9, 26, 5]
@@ -107,8 +107,8 @@ def test_calibrate_times_every_row_count_and_costs_json_keeps_one_table_per_mach
         f"every thread count up to the machine's CPUs is timed: {threads}"
     for kind in ("plain", "speculative"):
         fastest = min(c[kind] for c in threads["by_count"].values())
-        assert threads["by_count"][str(threads[kind])][kind] <= 1.03 * fastest, \
-            f"{kind}: {threads[kind]} threads chosen, not within 3% of the fastest count: {threads}"
+        assert threads["by_count"][str(threads[kind])][kind] <= (1 + SAME_SPEED) * fastest, \
+            f"{kind}: {threads[kind]} threads chosen, not within SAME_SPEED of the fastest count: {threads}"
     assert entry["key"]["threads"] == threads["speculative"], "the tables are timed at the speculative count"
     for kind in ("greedy", "sampled"):
         steps = entry["step_seconds"][kind]

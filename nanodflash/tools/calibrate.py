@@ -56,7 +56,9 @@ N_CALLS = 31                      # timed calls per block size (the median count
 SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature and top-p (the bench's)
 MAX_THREADS = 8                   # thread counts tried: 1 .. min(this, the machine's CPUs)
 SEED = 7                          # picks the run's text the steps are timed on
-SAME_SPEED = 0.03                 # more threads must be this much faster to be chosen (else: contention)
+SAME_SPEED = 0.10                 # more threads must be this much faster to be chosen: on a shared 2-core
+                                  # machine two threads' timings move by about this much between minutes
+                                  # (docs/log.md), a gain a decode cannot count on
 
 
 def median_seconds(steps, device, n=N_CALLS):
@@ -167,9 +169,9 @@ def step_calls(target, drafter, sampled, sizes, text=None):
 def fewest_fast(seconds):
     """The fewest threads within SAME_SPEED of the fastest: {threads: seconds} -> threads.
 
-    >>> fewest_fast({1: 1.0, 2: 0.98, 4: 0.8})
+    >>> fewest_fast({1: 1.0, 2: 0.95, 4: 0.8})
     4
-    >>> fewest_fast({1: 1.0, 2: 0.98})
+    >>> fewest_fast({1: 1.0, 2: 0.95})
     1
     """
     fastest = min(seconds.values())
