@@ -51,7 +51,7 @@ PROMPT_LEN = 16                   # the timed request's prompt: the bench's prom
 BATCH_NEW_TOKENS = 96             # a timed batch's generations' tokens: the bench's (and its widths)
 PLAIN_TOKENS = 16                 # plain decoding's token: (generate 1 + this many - generate 1) / this many
 COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
-N_CALLS = 31                      # timed calls per block size (the median counts), each after an untimed
+N_CALLS = 25                      # timed calls per block size (the median counts), each after an untimed
                                   # call of its own: how well two calibrations agree: docs/log.md
 SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature and top-p (the bench's)
 MAX_THREADS = 8                   # thread counts tried: 1 .. min(this, the machine's CPUs)
