@@ -2,7 +2,14 @@
 module level: pytest-xdist's controller loads this file before it starts the workers, and a torch import
 there would delay both (about 2.5 s, more from a fresh clone, where it first compiles torch's bytecode)."""
 
+import sys
+
 import pytest
+
+# jsonschema (which nbformat validates notebooks with) imports rfc3987_syntax for its "iri" format check, if
+# installed, and that builds a grammar at import: 1.4-2.7 s per test process. No notebook schema asks for the
+# format, so the suite's processes go without it.
+sys.modules.setdefault("rfc3987_syntax", None)
 
 
 @pytest.fixture(scope="session", autouse=True)
