@@ -108,8 +108,9 @@ SAMPLING_TEMPERATURE = Flag("sampling_temperature", 0.7, floats(0, low_open=True
 
 # ----------------------------------------------------------------------------- step costs and summary
 CALIBRATE_CALLS = Flag("calibrate_calls", N_CALLS, ints(0, 1001), "timed calls per block size of the step "
-                       "costs block_size=\"auto\" weighs drafts by (costs.json, nanodflash/tools/calibrate.py; "
-                       "the median counts); 0 = no table: auto uses the default costs")
+                       "costs block_size=\"auto\" weighs drafts by (costs.json, "
+                       "nanodflash/tools/calibrate.py; the median counts); 0 = no table: auto uses the "
+                       "default costs")
 EVAL_PROMPTS = Flag("eval_prompts", 64, ints(1, 10000), "validation prompts of the summary: enough for a τ "
                     "that holds from machine to machine")
 EVAL_NEW_TOKENS = Flag("eval_new_tokens", 96, ints(2, 4096), "tokens generated per summary prompt")
