@@ -26,7 +26,7 @@ from typing import NamedTuple
 import torch
 
 from nanodflash.ext.plain_batch import generate_mix
-from nanodflash.ext.step_costs import calibration, describe, use_table
+from nanodflash.ext.step_costs import calibration, describe, prices_batches, use_table
 from nanodflash.gpt import GPT, GPTConfig
 from nanodflash.pipeline import flags, recipe
 from nanodflash.pipeline.record import file_hash, reusable, stage_record
@@ -218,11 +218,12 @@ def sampling_stage(args, path, target, drafter, split, corpus):
 def calibrate_stage(args, target, drafter, sampler, tok):
     """4c. The thread counts to decode with and the step costs block_size="auto" weighs drafts by, timed on
     this machine into costs.json (nanodflash/tools/calibrate.py); kept while the machine (its key but the
-    thread count, which the calibration chooses) and the target it timed stay the same. -> the seconds it
-    took (0 when kept or skipped)."""
+    thread count, which the calibration chooses) and the target it timed stay the same, and while it prices
+    batches (step_costs.prices_batches). -> the seconds it took (0 when kept or skipped)."""
     use_table(drafter, run_folder.read_costs(args.out))
     kept = calibration(drafter)
-    if args.calibrate_calls == 0 or (kept is not None and kept.get("target") == ckpt.fingerprint(target)):
+    if args.calibrate_calls == 0 or (kept is not None and kept.get("target") == ckpt.fingerprint(target)
+                                     and prices_batches(kept)):
         print(f"[calibrate] {'skipped (--calibrate_calls 0)' if kept is None else 'found a table, skipping'}")
         seconds = 0.0
     else:

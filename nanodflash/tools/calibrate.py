@@ -61,13 +61,16 @@ SAME_SPEED = 0.10                 # more threads must be this much faster to be 
                                   # (docs/log.md), a gain a decode cannot count on
 
 
-def median_seconds(steps, device, n=N_CALLS):
+def median_seconds(steps, device, n=N_CALLS, warm=False):
     """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, timed by the benchmarks'
     one loop (measure.interleaved: every step's call in turn, the order rotated call by call, so a slow
-    moment of the machine weighs on all of them alike), each timed call right after an untimed one of its
-    own (warm: as in a decode, where a step follows a step of its kind)."""
+    moment of the machine weighs on all of them alike), after one untimed call of each. warm: each timed
+    call right after an untimed one of its own, as in a decode, where a step follows a step of its kind
+    (the calibration's steps; BatchSteps counts on those pairs)."""
+    for fn in steps.values():
+        fn()
     times = {name: [] for name in steps}
-    loop = interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device, warm=True)
+    loop = interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device, warm=warm)
     for _, name, _, seconds in loop:
         times[name].append(seconds)
     return {name: statistics.median(ts) for name, ts in times.items()}
@@ -188,7 +191,7 @@ def choose_threads(target, drafter, n_calls=N_CALLS, log=print, text=None, max_t
     calls = {**plain, "spec": step_calls(target, drafter, False, [B], text)[B]}
     try:
         s = median_seconds({(n, k): at_threads(n, fn) for n in counts for k, fn in calls.items()},
-                           next(target.parameters()).device, n_calls)
+                           next(target.parameters()).device, n_calls, warm=True)
     finally:
         torch.set_num_threads(before)
     by_count = {str(n): dict(plain=plain_figures({k: s[n, k] for k in plain} | {"request": 0.0})["token"],
@@ -221,7 +224,7 @@ def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
         calls.update({(kind, "plain", k): at_threads(threads["plain"], fn) for k, fn in plain.items()})
     before = torch.get_num_threads()
     try:
-        s = median_seconds(calls, next(target.parameters()).device, n_calls)
+        s = median_seconds(calls, next(target.parameters()).device, n_calls, warm=True)
     finally:
         torch.set_num_threads(before)
     out = {}
@@ -241,28 +244,45 @@ def batch_prompts(target, rows, text=None):
 
 
 def batch_sampling(sampled):
-    """A timed batch's sampling arguments: SAMPLED_T with a seeded generator if sampled, else greedy."""
-    return dict(temperature=SAMPLED[0] if sampled else 0.0, generator=torch.Generator().manual_seed(0))
+    """A timed batch's sampling arguments: SAMPLED's temperature and top-p with a seeded generator if
+    sampled, else greedy."""
+    return dict(temperature=SAMPLED[0] if sampled else 0.0, top_p=SAMPLED[1] if sampled else None,
+                generator=torch.Generator().manual_seed(0))
 
 
 class BatchSteps:
-    """The steps of batched generations of BATCH_NEW_TOKENS tokens, one step per call, as the loop runs them
-    (drop_finished, then the step): the rows grow apart as they keep different numbers of drafts, and a step
-    attends as wide as the longest row, as the decoders' steps do. Every timed step has all its rows: calls
-    come in pairs (median_seconds: an untimed call, then the timed one), and the first of a pair starts a new
-    generation (construction and prefill) where the running one could lose a row within the pair.
-    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step)."""
+    """The steps of batched generations, one step per call, as the loop runs them (drop_finished, then the
+    step): the rows grow apart as they keep different numbers of drafts, and a step attends as wide as the
+    longest row, as the decoders' steps do. Every timed step has all its rows: calls come in pairs
+    (median_seconds with warm: an untimed call, then the timed one), and the first of a pair starts a new
+    generation (construction and prefill) where the running one could lose a row within the pair; any call
+    does where it could lose one in this step (calls out of pairs: that call then pays for the start).
+    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step).
+
+    >>> class Batch:        # each step emits t tokens per row, 10 to generate: a new batch after 4 steps
+    ...     def __init__(self): self.max_new, self.rows, self.outs = 10, [0], [[0]]
+    ...     def prefill(self): pass
+    ...     def drop_finished(self): pass
+    ...     def step(self): self.outs[0] += [0, 0]
+    >>> starts = []
+    >>> steps = BatchSteps(lambda: starts.append(1) or Batch(), 2)
+    >>> for _ in range(8):
+    ...     steps()
+    >>> len(starts)         # at calls 1 and 5: the first of a pair, with 4 <= 2 * 2 tokens left
+    2
+    """
 
     def __init__(self, new_batch, t):
         self.new_batch, self.t, self.calls, self.batch = new_batch, t, 0, None
 
-    def rows_left(self):
+    def tokens_left(self):
         """The fewest tokens any row has left to generate (inf before the first generation)."""
         b = self.batch
         return min(b.max_new - len(b.outs[r]) for r in b.rows) if b is not None else float("inf")
 
     def __call__(self):
-        if self.calls % 2 == 0 and (self.batch is None or self.rows_left() <= 2 * self.t):
+        reach = 2 * self.t if self.calls % 2 == 0 else self.t          # this pair's steps, or this step
+        if self.batch is None or self.tokens_left() <= reach:
             self.batch = self.new_batch()
             self.batch.prefill()
         self.calls += 1
@@ -274,13 +294,16 @@ class BatchSteps:
 
 
 def new_batch_of(target, drafter, rows, t, sampled, text=None):
-    """() -> a new batched generation of `rows` prompts of the run's text: a PlainBatch (t = 1) or a SpecBatch
-    at block size t, at SAMPLED_T if sampled."""
+    """() -> a new batched generation of `rows` prompts of the run's text, BATCH_NEW_TOKENS tokens (fewer
+    where the target's window is short): a PlainBatch (t = 1) or a SpecBatch at block size t, sampled as
+    batch_sampling says."""
+    n = min(BATCH_NEW_TOKENS, target.config.max_seq_len - PROMPT_LEN - drafter.block_size)
+
     def new_batch():
         prompts, how = batch_prompts(target, rows, text), batch_sampling(sampled)
         if t == 1:
-            return PlainBatch(target, prompts, BATCH_NEW_TOKENS, **how)
-        return SpecBatch(target, drafter, prompts, BATCH_NEW_TOKENS, block_size=t, **how)
+            return PlainBatch(target, prompts, n, **how)
+        return SpecBatch(target, drafter, prompts, n, block_size=t, **how)
     return new_batch
 
 
@@ -296,18 +319,18 @@ def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
     batched step (PlainBatch.plain_step, what plain batched decoding pays per token), at the other
     COST_TOKENS sizes up to the drafter's block size a batched speculative step (SpecBatch.step: draft t-1
     tokens per row, verify t per row, emit, project into the drafter's context; sampled: drafts drawn from
-    q and verified row by row at SAMPLED_T), each inside generations of the run's text (BatchSteps),
-    linear in between; a start is a batch's construction and prefill (a SpecBatch's projects the prompts
-    into the drafter's context too), greedy (a sampled start differs by one draw). Every row count and
-    kind in one interleaved loop: a batch is priced by these seconds at the rows it has left, so a slow
-    moment of the machine must weigh on every row count alike, not shift one of them."""
+    q and verified row by row at SAMPLED's temperature and top-p), each inside generations of the run's
+    text (BatchSteps), linear in between; a start is a batch's construction and prefill (a SpecBatch's
+    projects the prompts into the drafter's context too), greedy (a sampled start differs by one draw).
+    Every row count and kind in one interleaved loop: a batch is priced by these seconds at the rows it
+    has left, so a slow moment of the machine must weigh on every row count alike, not shift one of them."""
     B, device = drafter.block_size, next(target.parameters()).device
     sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
     steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t)
              for kind in kinds for R in rows for t in sizes}
     starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
               for R in rows for side, t in (("plain", 1), ("speculative", B))}
-    s = median_seconds(steps | starts, device, n_calls)
+    s = median_seconds(steps | starts, device, n_calls, warm=True)
     return ({kind: {str(R): interpolated({t: s[kind, R, t] for t in sizes}, B) for R in rows}
              for kind in kinds},
             {str(R): {side: s[R, side] for side in ("plain", "speculative")} for R in rows})
