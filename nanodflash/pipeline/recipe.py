@@ -12,8 +12,8 @@ over its default and over a preset.
 from dataclasses import dataclass
 
 from ..store.checkpoint import DRAFTER_KINDS
-from ..tools.calibrate import N_CALLS
 from ..tools.cli import MAX_COUNT, MAX_SEED, floats, ints
+from ..tools.step_timing import N_CALLS
 
 
 @dataclass(frozen=True)

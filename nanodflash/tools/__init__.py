@@ -9,7 +9,9 @@
                  the official dflash_generate on the exported pair, rows beside ours
     step costs   calibrate.py (python -m nanodflash.tools.calibrate): chooses the threads and times a step
                  once per machine into the run folder's costs.json, the table block_size="auto" decides by
-                 and the bench predicts from (ext/step_costs.py);
+                 and the bench predicts from (ext/step_costs.py); step_timing.py: how a step is timed
+                 (warm interleaved calls, a few block sizes); batch_timing.py: the batched decoder's steps
+                 and starts, timed inside generations as the bench runs them;
                  cost_model.py (python -m nanodflash.tools.cost_model): a forward's seconds from its shape,
                  fitted here and checked on held-out points, priced on GPUs from datasheets
     evaluation   evaluate.py: how well a trained drafter drafts (per-slot accuracy, expected and measured τ)

@@ -16,80 +16,50 @@ sampled, at each of COST_TOKENS block sizes (linear in between), put back after 
 (`speculative_generate` of one token: the caches and the prefill of a PROMPT_LEN-token prompt); plain
 decoding's token and request (`generate`, at the plain count). 1 to 32 rows: the batched decoder's whole step
 (batch.SpecBatch.step) and a plain batched step (plain_batch.PlainBatch.plain_step), each inside generations
-of the run's text as the bench runs them (BatchSteps); from 2 rows on, `auto` weighs drafts by their ratio,
-since a batch drafts only when that beats plain batched decoding. Each is the median of `calls` calls, every
-step's calls interleaved with the others' by the benchmarks' one timing loop (measure.interleaved), each right
-after an untimed call of the same step (in a decode a step follows a step of its kind). train_tiny.py
-calibrates at its end; costs.json keeps one entry per machine key (device, dtype, threads, torch version,
-compile mode), so a folder copied to another machine keeps its first machine's and gets one of its own.
+of the run's text as the bench runs them (batch_timing.BatchSteps); from 2 rows on, `auto` weighs drafts by
+their ratio, since a batch drafts only when that beats plain batched decoding. Each is the median of `calls`
+calls, every step's calls interleaved with the others' by the benchmarks' one timing loop
+(measure.interleaved), each right after an untimed call of the same step (in a decode a step follows a step of
+its kind). train_tiny.py calibrates at its end; costs.json keeps one entry per machine key (device, dtype,
+threads, torch version, compile mode), so a folder copied to another machine keeps its first machine's and
+gets one of its own.
 """
 
 import argparse
 import datetime
 import os
 import platform
-import statistics
 import time
 
 import torch
 
 from ..ext import compiled as compiled_pass
-from ..ext.batch import SpecBatch
 from ..ext.batch_policy import COST_ROWS
-from ..ext.plain_batch import PlainBatch
 from ..ext.step_costs import cost_key, describe
 from ..sampling import Sampling
 from ..speculative import generate, prefill, speculative_generate, speculative_step, start_request
 from ..store.checkpoint import fingerprint, load
 from ..store.data import val_prompts
 from ..store.run_folder import read_costs, run_corpus, write_costs
+from .batch_timing import time_batch_tables
 from .cli import check_device, ints, using_threads
-from .measure import interleaved
+from .step_timing import (
+    CONTEXT,
+    COST_TOKENS,
+    N_CALLS,
+    PROMPT_LEN,
+    SAMPLED,
+    interpolated,
+    median_seconds,
+    token_ids,
+)
 
-CONTEXT = 64                      # tokens of context the timed steps attend to (a bench generation's middle)
-PROMPT_LEN = 16                   # the timed request's prompt: the bench's prompts' length
-BATCH_NEW_TOKENS = 96             # a timed batch's generations' tokens: the bench's (and its widths)
 PLAIN_TOKENS = 16                 # plain decoding's token: (generate 1 + this many - generate 1) / this many
-COST_TOKENS = (1, 2, 4, 8, 16)    # block sizes timed; the others are interpolated linearly
-N_CALLS = 25                      # timed calls per block size (the median counts), each after an untimed
-                                  # call of its own: how well two calibrations agree: docs/log.md
-SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature and top-p (the bench's)
 MAX_THREADS = 8                   # thread counts tried: 1 .. min(this, the machine's CPUs)
 SEED = 7                          # picks the run's text the steps are timed on
 SAME_SPEED = 0.10                 # more threads must be this much faster to be chosen: on a shared 2-core
                                   # machine two threads' timings move by about this much between minutes
                                   # (docs/log.md), a gain a decode cannot count on
-
-
-def median_seconds(steps, device, n=N_CALLS, warm=False):
-    """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, timed by the benchmarks'
-    one loop (measure.interleaved: every step's call in turn, the order rotated call by call, so a slow
-    moment of the machine weighs on all of them alike), after one untimed call of each. warm: each timed
-    call right after an untimed one of its own, as in a decode, where a step follows a step of its kind
-    (the calibration's steps; BatchSteps counts on those pairs)."""
-    for fn in steps.values():
-        fn()
-    times = {name: [] for name in steps}
-    loop = interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device, warm=warm)
-    for _, name, _, seconds in loop:
-        times[name].append(seconds)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
-def interpolated(seconds, max_block_size):
-    """{block size t: seconds} at some t (1 included) -> [seconds at t for t in 1..B], linear between the
-    timed sizes, the last segment extended.
-
-    >>> interpolated({1: 2.0, 2: 2.5, 4: 3.0}, 5)
-    [2.0, 2.5, 2.75, 3.0, 3.25]
-    """
-    ts = sorted(seconds)
-    out = []
-    for t in range(1, max_block_size + 1):
-        i = max(1, min(len(ts) - 1, sum(x < t for x in ts)))
-        lo, hi = ts[i - 1], ts[i]
-        out.append(seconds[lo] + (seconds[hi] - seconds[lo]) * (t - lo) / (hi - lo))
-    return out
 
 
 def relative_costs(seconds, max_block_size):
@@ -99,15 +69,6 @@ def relative_costs(seconds, max_block_size):
     [1.0, 1.25, 1.375, 1.5, 1.625]
     """
     return [s / seconds[1] for s in interpolated(seconds, max_block_size)]
-
-
-def token_ids(target, n, text=None):
-    """n token ids to time on: the first n of `text` (the run's own text: the drafts accepted, the kept
-    positions projected and the sampler's nucleus are then the decoders'), else ids spread over the
-    vocabulary."""
-    if text is not None and len(text) >= n:
-        return list(text[:n])
-    return [(7 * i + 3) % target.config.vocab_size for i in range(n)]
 
 
 def sampling_of(sampled):
@@ -234,106 +195,6 @@ def time_single_steps(target, drafter, threads, n_calls=N_CALLS, text=None):
                          plain=plain_figures({k: v for (x, what, k), v in s.items()
                                               if x == kind and what == "plain"}))
     return out
-
-
-def batch_prompts(target, rows, text=None):
-    """`rows` prompts of PROMPT_LEN tokens for a timed batch: consecutive pieces of the run's text (the drafts
-    the rows keep are then the decoders'), else ids spread over the vocabulary."""
-    ids = token_ids(target, rows * PROMPT_LEN, text)
-    return [ids[r * PROMPT_LEN: (r + 1) * PROMPT_LEN] for r in range(rows)]
-
-
-def batch_sampling(sampled):
-    """A timed batch's sampling arguments: SAMPLED's temperature and top-p with a seeded generator if
-    sampled, else greedy."""
-    return dict(temperature=SAMPLED[0] if sampled else 0.0, top_p=SAMPLED[1] if sampled else None,
-                generator=torch.Generator().manual_seed(0))
-
-
-class BatchSteps:
-    """The steps of batched generations, one step per call, as the loop runs them (drop_finished, then the
-    step): the rows grow apart as they keep different numbers of drafts, and a step attends as wide as the
-    longest row, as the decoders' steps do. Every timed step has all its rows: calls come in pairs
-    (median_seconds with warm: an untimed call, then the timed one), and the first of a pair starts a new
-    generation (construction and prefill) where the running one could lose a row within the pair; any call
-    does where it could lose one in this step (calls out of pairs: that call then pays for the start).
-    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step).
-
-    >>> class Batch:        # each step emits t tokens per row, 10 to generate: a new batch after 4 steps
-    ...     def __init__(self): self.max_new, self.rows, self.outs = 10, [0], [[0]]
-    ...     def prefill(self): pass
-    ...     def drop_finished(self): pass
-    ...     def step(self): self.outs[0] += [0, 0]
-    >>> starts = []
-    >>> steps = BatchSteps(lambda: starts.append(1) or Batch(), 2)
-    >>> for _ in range(8):
-    ...     steps()
-    >>> len(starts)         # at calls 1 and 5: the first of a pair, with 4 <= 2 * 2 tokens left
-    2
-    """
-
-    def __init__(self, new_batch, t):
-        self.new_batch, self.t, self.calls, self.batch = new_batch, t, 0, None
-
-    def tokens_left(self):
-        """The fewest tokens any row has left to generate (inf before the first generation)."""
-        b = self.batch
-        return min(b.max_new - len(b.outs[r]) for r in b.rows) if b is not None else float("inf")
-
-    def __call__(self):
-        reach = 2 * self.t if self.calls % 2 == 0 else self.t          # this pair's steps, or this step
-        if self.batch is None or self.tokens_left() <= reach:
-            self.batch = self.new_batch()
-            self.batch.prefill()
-        self.calls += 1
-        self.batch.drop_finished()
-        if self.t == 1:
-            self.batch.plain_step()
-        else:
-            self.batch.step()
-
-
-def new_batch_of(target, drafter, rows, t, sampled, text=None):
-    """() -> a new batched generation of `rows` prompts of the run's text, BATCH_NEW_TOKENS tokens (fewer
-    where the target's window is short): a PlainBatch (t = 1) or a SpecBatch at block size t, sampled as
-    batch_sampling says."""
-    n = min(BATCH_NEW_TOKENS, target.config.max_seq_len - PROMPT_LEN - drafter.block_size)
-
-    def new_batch():
-        prompts, how = batch_prompts(target, rows, text), batch_sampling(sampled)
-        if t == 1:
-            return PlainBatch(target, prompts, n, **how)
-        return SpecBatch(target, drafter, prompts, n, block_size=t, **how)
-    return new_batch
-
-
-def prefill_call(new_batch):
-    """A batched generation's start, as a call: its construction (the caches) and its prefill."""
-    return lambda: new_batch().prefill()
-
-
-@torch.no_grad()
-def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
-    """({kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, {rows: {plain, speculative}:
-    seconds of a generation's start}), kind "greedy" or "sampled", for every row count: at t = 1 a plain
-    batched step (PlainBatch.plain_step, what plain batched decoding pays per token), at the other
-    COST_TOKENS sizes up to the drafter's block size a batched speculative step (SpecBatch.step: draft t-1
-    tokens per row, verify t per row, emit, project into the drafter's context; sampled: drafts drawn from
-    q and verified row by row at SAMPLED's temperature and top-p), each inside generations of the run's
-    text (BatchSteps), linear in between; a start is a batch's construction and prefill (a SpecBatch's
-    projects the prompts into the drafter's context too), greedy (a sampled start differs by one draw).
-    Every row count and kind in one interleaved loop: a batch is priced by these seconds at the rows it
-    has left, so a slow moment of the machine must weigh on every row count alike, not shift one of them."""
-    B, device = drafter.block_size, next(target.parameters()).device
-    sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
-    steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t)
-             for kind in kinds for R in rows for t in sizes}
-    starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
-              for R in rows for side, t in (("plain", 1), ("speculative", B))}
-    s = median_seconds(steps | starts, device, n_calls, warm=True)
-    return ({kind: {str(R): interpolated({t: s[kind, R, t] for t in sizes}, B) for R in rows}
-             for kind in kinds},
-            {str(R): {side: s[R, side] for side in ("plain", "speculative")} for R in rows})
 
 
 def run_text(tok, out_dir):

@@ -24,8 +24,8 @@ import torch
 
 from ..sampling import DraftRule
 from ..store.checkpoint import load
-from .calibrate import median_seconds
 from .cli import DECODE_THREADS
+from .step_timing import median_seconds
 
 TOKENS = (1, 2, 4, 8, 16)           # tokens per row of the timed forwards
 FIT = [(rows, 64) for rows in (1, 16, 32)]                          # (rows, context) the constants come from

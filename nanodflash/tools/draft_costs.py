@@ -10,8 +10,8 @@ import torch
 
 from ..sampling import DraftRule
 from ..speculative import generate
-from .calibrate import median_seconds
 from .measure import DraftForwardCounter
+from .step_timing import median_seconds
 
 GREEDY = DraftRule(0.0)                                   # drafting as in the greedy loop
 
