@@ -17,11 +17,12 @@ SAMPLED = (0.7, 0.95)             # sampled steps are timed at this temperature 
 def median_seconds(steps, device, n=N_CALLS, warm=False):
     """{name: median wall-clock seconds of n calls of fn()} for steps {name: fn}, timed by the benchmarks'
     one loop (measure.interleaved: every step's call in turn, the order rotated call by call, so a slow
-    moment of the machine weighs on all of them alike), after one untimed call of each. warm: each timed
+    moment of the machine weighs on all of them alike), after one untimed call of each, or (warm) each timed
     call right after an untimed one of its own, as in a decode, where a step follows a step of its kind
     (the calibration's steps; BatchSteps counts on those pairs)."""
-    for fn in steps.values():
-        fn()
+    if not warm:                    # warm: every timed call has its untimed one (BatchSteps counts the pairs)
+        for fn in steps.values():
+            fn()
     times = {name: [] for name in steps}
     loop = interleaved(list(steps), range(n), lambda name, _, i: steps[name](), device, warm=warm)
     for _, name, _, seconds in loop:
