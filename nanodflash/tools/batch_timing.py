@@ -10,6 +10,19 @@ from .step_timing import COST_TOKENS, N_CALLS, PROMPT_LEN, SAMPLED, interpolated
 
 BATCH_NEW_TOKENS = 96             # a timed batch's generations' tokens: the bench's (and its widths)
 
+BATCH_SHARE = 0.6                 # the batched steps' timed calls, as a share of a batch-1 step's: each is
+                                  # a step of a real generation, up to 30 times a batch-1 step's cost, and
+                                  # they take most of the calibration's time (docs/log.md)
+
+
+def batch_calls(n_calls):
+    """The timed calls of each batched step for n_calls of a batch-1 step (3 at least).
+
+    >>> batch_calls(25), batch_calls(3)
+    (15, 3)
+    """
+    return max(3, round(n_calls * BATCH_SHARE))
+
 
 def batch_prompts(target, rows, text=None):
     """`rows` prompts of PROMPT_LEN tokens for a timed batch: consecutive pieces of the run's text (the drafts
@@ -88,7 +101,7 @@ def prefill_call(new_batch):
 
 
 @torch.no_grad()
-def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
+def time_batch_tables(target, drafter, rows, n_calls=None, text=None):
     """({kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, {rows: {plain, speculative}:
     seconds of a generation's start}), kind "greedy" or "sampled", for every row count: at t = 1 a plain
     batched step (PlainBatch.plain_step, what plain batched decoding pays per token), at the other
@@ -98,14 +111,15 @@ def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
     text (BatchSteps), linear in between; a start is a batch's construction and prefill (a SpecBatch's
     projects the prompts into the drafter's context too), greedy (a sampled start differs by one draw).
     Every row count and kind in one interleaved loop: a batch is priced by these seconds at the rows it
-    has left, so a slow moment of the machine must weigh on every row count alike, not shift one of them."""
+    has left, so a slow moment of the machine must weigh on every row count alike, not shift one of them.
+    n_calls: timed calls of each (None: batch_calls of the calibration's N_CALLS)."""
     B, device = drafter.block_size, next(target.parameters()).device
     sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
     steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t)
              for kind in kinds for R in rows for t in sizes}
     starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
               for R in rows for side, t in (("plain", 1), ("speculative", B))}
-    s = median_seconds(steps | starts, device, n_calls, warm=True)
+    s = median_seconds(steps | starts, device, n_calls or batch_calls(N_CALLS), warm=True)
     return ({kind: {str(R): interpolated({t: s[kind, R, t] for t in sizes}, B) for R in rows}
              for kind in kinds},
             {str(R): {side: s[R, side] for side in ("plain", "speculative")} for R in rows})

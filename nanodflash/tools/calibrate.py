@@ -18,11 +18,11 @@ decoding's token and request (`generate`, at the plain count). 1 to 32 rows: the
 (batch.SpecBatch.step) and a plain batched step (plain_batch.PlainBatch.plain_step), each inside generations
 of the run's text as the bench runs them (batch_timing.BatchSteps); from 2 rows on, `auto` weighs drafts by
 their ratio, since a batch drafts only when that beats plain batched decoding. Each is the median of `calls`
-calls, every step's calls interleaved with the others' by the benchmarks' one timing loop
-(measure.interleaved), each right after an untimed call of the same step (in a decode a step follows a step of
-its kind). train_tiny.py calibrates at its end; costs.json keeps one entry per machine key (device, dtype,
-threads, torch version, compile mode), so a folder copied to another machine keeps its first machine's and
-gets one of its own.
+calls (a batched step's: batch_timing.BATCH_SHARE of them), every step's calls interleaved with the others'
+by the benchmarks' one timing loop (measure.interleaved), each right after an untimed call of the same step
+(in a decode a step follows a step of its kind). train_tiny.py calibrates at its end; costs.json keeps one
+entry per machine key (device, dtype, threads, torch version, compile mode), so a folder copied to another
+machine keeps its first machine's and gets one of its own.
 """
 
 import argparse
@@ -41,7 +41,7 @@ from ..speculative import generate, prefill, speculative_generate, speculative_s
 from ..store.checkpoint import fingerprint, load
 from ..store.data import val_prompts
 from ..store.run_folder import read_costs, run_corpus, write_costs
-from .batch_timing import time_batch_tables
+from .batch_timing import batch_calls, time_batch_tables
 from .cli import check_device, ints, using_threads
 from .step_timing import (
     CONTEXT,
@@ -225,7 +225,8 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
     with using_threads(threads["speculative"]):
-        batch, starts = time_batch_tables(target, drafter, rows, n_calls, text) if rows else ({}, {})
+        batch, starts = (time_batch_tables(target, drafter, rows, batch_calls(n_calls), text) if rows
+                         else ({}, {}))
     for R in sorted({1, *rows}):
         for kind in costs:
             if R > 1:
@@ -269,8 +270,8 @@ def calibrate(target, drafter, n_calls=N_CALLS, rows=COST_ROWS, log=print, compi
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out", help="the run folder (train_tiny.py --out) (default: %(default)s)")
-    p.add_argument("--calls", type=ints(3, 1001), default=N_CALLS, help="timed calls per block size and row "
-                   "count, the median counts (default: %(default)s)")
+    p.add_argument("--calls", type=ints(3, 1001), default=N_CALLS, help="timed calls per block size, the "
+                   "median counts; a batched step's: 0.6 of them (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--compile", action="store_true", help="the table of batch-1 steps with the drafter's "
                    "pass compiled (ext/compiled.compile_drafter), kept beside the eager one")
