@@ -45,7 +45,10 @@ class BatchSteps:
     (median_seconds with warm: an untimed call, then the timed one), and the first of a pair starts a new
     generation (construction and prefill) where the running one could lose a row within the pair; any call
     does where it could lose one in this step (calls out of pairs: that call then pays for the start).
-    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step).
+    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step). calls:
+    the calls to come (plain steps emit one token a call, so a plain generation first takes untimed steps
+    that put the calls' steps in its middle, at the context of the bench's average plain step; from its
+    start, they would attend to shorter contexts than the bench's).
 
     >>> class Batch:        # each step emits t tokens per row, 10 to generate: a new batch after 4 steps
     ...     def __init__(self): self.max_new, self.rows, self.outs = 10, [0], [[0]]
@@ -58,10 +61,15 @@ class BatchSteps:
     ...     steps()
     >>> len(starts)         # at calls 1 and 5: the first of a pair, with 4 <= 2 * 2 tokens left
     2
+    >>> class Plain(Batch):
+    ...     def plain_step(self): self.outs[0] += [0]
+    >>> plain = BatchSteps(Plain, 1, calls=4)
+    >>> plain(); len(plain.batch.outs[0])     # (9 left - 4 calls) // 2 = 2 untimed steps, then this one
+    4
     """
 
-    def __init__(self, new_batch, t):
-        self.new_batch, self.t, self.calls, self.batch = new_batch, t, 0, None
+    def __init__(self, new_batch, t, calls=0):
+        self.new_batch, self.t, self.calls, self.batch, self.total = new_batch, t, 0, None, calls
 
     def tokens_left(self):
         """The fewest tokens any row has left to generate (inf before the first generation)."""
@@ -73,6 +81,10 @@ class BatchSteps:
         if self.batch is None or self.tokens_left() <= reach:
             self.batch = self.new_batch()
             self.batch.prefill()
+            if self.t == 1:                       # to the middle: (tokens left - calls to come) // 2 steps
+                for _ in range(max(0, (self.tokens_left() - (self.total - self.calls)) // 2)):
+                    self.batch.drop_finished()
+                    self.batch.plain_step()
         self.calls += 1
         self.batch.drop_finished()
         if self.t == 1:
@@ -115,11 +127,13 @@ def time_batch_tables(target, drafter, rows, n_calls=None, text=None):
     n_calls: timed calls of each (None: batch_calls of the calibration's N_CALLS)."""
     B, device = drafter.block_size, next(target.parameters()).device
     sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
-    steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t)
+    n_calls = n_calls or batch_calls(N_CALLS)
+    steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t,
+                                      calls=2 * n_calls)                 # warm: an untimed call, a timed one
              for kind in kinds for R in rows for t in sizes}
     starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
               for R in rows for side, t in (("plain", 1), ("speculative", B))}
-    s = median_seconds(steps | starts, device, n_calls or batch_calls(N_CALLS), warm=True)
+    s = median_seconds(steps | starts, device, n_calls, warm=True)
     return ({kind: {str(R): interpolated({t: s[kind, R, t] for t in sizes}, B) for R in rows}
              for kind in kinds},
             {str(R): {side: s[R, side] for side in ("plain", "speculative")} for R in rows})
