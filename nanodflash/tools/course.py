@@ -52,6 +52,8 @@ def execute(path, run_folder):
     os.environ["NANODFLASH_OUT"] = str(Path(run_folder).resolve())          # the kernel's environment
     try:
         NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                       # the kernel's own log only from errors up: it warns of its local TCP on every start
+                       extra_arguments=["--IPKernelApp.log_level=ERROR"],
                        resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     finally:                                                                 # this process's, as it was
         if saved is None:
