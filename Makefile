@@ -50,10 +50,11 @@ $(BIN)/.test-installed: $(BIN)/.installed
 	$(UV) --no-deps dflash==0.1.0
 	touch $@
 
-# The linter first (seconds), then the suite on both cores
+# The linter first (seconds), then the suite on both cores; a worker that runs out of tests takes some of the
+# other's (worksteal), so both finish together
 test: $(BIN)/.test-installed
 	$(BIN)/ruff check
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests
 
 # The student install: the package with Jupyter and the plots, without the test extras (transformers, the
 # browser driver). Enough for the notebooks and the exercises; make notebooks then opens them.

@@ -59,9 +59,10 @@ def smoke_out(tmp_path_factory):
 
 
 # The order the tests are handed out in, for two workers to finish together: the files that take longest
-# (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist hands
-# each worker consecutive runs of tests; when the list runs out, a long file still queued on one worker would
-# keep it busy while the other idles, and the quick tests fill the end instead (docs/log.md).
+# (30 s or more of CPU in all) first, the quick ones (well under a second a test) last. pytest-xdist
+# (--dist worksteal, as make test runs it) gives each worker half of the list in order, and a worker that runs
+# out takes the last half of what the other has left: quick tests, so neither waits long at the end
+# (docs/log.md).
 SLOW_FILES = {"test_batch.py", "test_bench.py", "test_dflash2.py",
               "test_long_generation.py", "test_notebooks.py", "test_resume.py", "test_sampling_exact.py",
               "test_sampling_kinds.py", "test_tree.py"}
@@ -72,8 +73,8 @@ QUICK_FILES = {"test_data.py", "test_drafter.py", "test_flags.py", "test_gpt.py"
 
 # First of all, the files whose module fixtures cost seconds a second time: the official code's import
 # (test_hf.py, about 4.5 s) and the compiled graphs (test_compiled.py, seconds of C++ each with an empty
-# compile cache). pytest-xdist sends each worker a run of consecutive tests to start with (an eighth of them
-# on two workers), so these files run whole on the first worker, once.
+# compile cache). The first worker starts on the first half of the list, so these files run whole on it,
+# once.
 ONCE_FILES = ("test_hf.py", "test_compiled.py")
 
 
