@@ -11,8 +11,8 @@ from .step_timing import COST_TOKENS, N_CALLS, PROMPT_LEN, SAMPLED, interpolated
 BATCH_NEW_TOKENS = 96             # a timed batch's generations' tokens: the bench's (and its widths)
 
 BATCH_SHARE = 0.6                 # the batched steps' timed calls, as a share of a batch-1 step's: each is
-                                  # a step of a real generation, up to 30 times a batch-1 step's cost, and
-                                  # they take most of the calibration's time (docs/log.md)
+                                  # a step of a real generation, up to tens of batch-1 steps' cost, and they
+                                  # take most of the calibration's time (docs/log.md)
 
 
 def batch_calls(n_calls):
