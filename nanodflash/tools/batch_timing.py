@@ -45,10 +45,10 @@ class BatchSteps:
     (median_seconds with warm: an untimed call, then the timed one), and the first of a pair starts a new
     generation (construction and prefill) where the running one could lose a row within the pair; any call
     does where it could lose one in this step (calls out of pairs: that call then pays for the start).
-    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step). calls:
-    the calls to come (plain steps emit one token a call, so a plain generation first takes untimed steps
-    that put the calls' steps in its middle, at the context of the bench's average plain step; from its
-    start, they would attend to shorter contexts than the bench's).
+    new_batch() -> a PlainBatch (t = 1: its plain_step) or a SpecBatch at block size t (its step). timed:
+    the timed calls to come, each after its untimed one (plain steps emit one token a call, so a plain
+    generation first takes untimed steps that put the pairs' steps in its middle, at the context of the
+    bench's average plain step; from its start, they would attend to shorter contexts than the bench's).
 
     >>> class Batch:        # each step emits t tokens per row, 10 to generate: a new batch after 4 steps
     ...     def __init__(self): self.max_new, self.rows, self.outs = 10, [0], [[0]]
@@ -63,18 +63,26 @@ class BatchSteps:
     2
     >>> class Plain(Batch):
     ...     def plain_step(self): self.outs[0] += [0]
-    >>> plain = BatchSteps(Plain, 1, calls=4)
+    >>> plain = BatchSteps(Plain, 1, timed=2)
     >>> plain(); len(plain.batch.outs[0])     # (9 left - 4 calls) // 2 = 2 untimed steps, then this one
     4
     """
 
-    def __init__(self, new_batch, t, calls=0):
-        self.new_batch, self.t, self.calls, self.batch, self.total = new_batch, t, 0, None, calls
+    def __init__(self, new_batch, t, timed=0):
+        self.new_batch, self.t, self.calls, self.batch, self.total = new_batch, t, 0, None, 2 * timed
 
     def tokens_left(self):
         """The fewest tokens any row has left to generate (inf before the first generation)."""
         b = self.batch
         return min(b.max_new - len(b.outs[r]) for r in b.rows) if b is not None else float("inf")
+
+    def advance(self):
+        """One step of the running generation, as the loop runs it: drop_finished, then the step."""
+        self.batch.drop_finished()
+        if self.t == 1:
+            self.batch.plain_step()
+        else:
+            self.batch.step()
 
     def __call__(self):
         reach = 2 * self.t if self.calls % 2 == 0 else self.t          # this pair's steps, or this step
@@ -83,14 +91,9 @@ class BatchSteps:
             self.batch.prefill()
             if self.t == 1:                       # to the middle: (tokens left - calls to come) // 2 steps
                 for _ in range(max(0, (self.tokens_left() - (self.total - self.calls)) // 2)):
-                    self.batch.drop_finished()
-                    self.batch.plain_step()
+                    self.advance()
         self.calls += 1
-        self.batch.drop_finished()
-        if self.t == 1:
-            self.batch.plain_step()
-        else:
-            self.batch.step()
+        self.advance()
 
 
 def new_batch_of(target, drafter, rows, t, sampled, text=None):
@@ -113,7 +116,7 @@ def prefill_call(new_batch):
 
 
 @torch.no_grad()
-def time_batch_tables(target, drafter, rows, n_calls=None, text=None):
+def time_batch_tables(target, drafter, rows, n_calls=N_CALLS, text=None):
     """({kind: {rows: [seconds of a step of t tokens per row for t in 1..B]}}, {rows: {plain, speculative}:
     seconds of a generation's start}), kind "greedy" or "sampled", for every row count: at t = 1 a plain
     batched step (PlainBatch.plain_step, what plain batched decoding pays per token), at the other
@@ -124,12 +127,12 @@ def time_batch_tables(target, drafter, rows, n_calls=None, text=None):
     projects the prompts into the drafter's context too), greedy (a sampled start differs by one draw).
     Every row count and kind in one interleaved loop: a batch is priced by these seconds at the rows it
     has left, so a slow moment of the machine must weigh on every row count alike, not shift one of them.
-    n_calls: timed calls of each (None: batch_calls of the calibration's N_CALLS)."""
+    n_calls: the timed calls of a batch-1 step; each batched step and start takes batch_calls of them."""
     B, device = drafter.block_size, next(target.parameters()).device
     sizes, kinds = [t for t in COST_TOKENS if t <= B], ("greedy", "sampled")
-    n_calls = n_calls or batch_calls(N_CALLS)
+    n_calls = batch_calls(n_calls)
     steps = {(kind, R, t): BatchSteps(new_batch_of(target, drafter, R, t, kind == "sampled", text), t,
-                                      calls=2 * n_calls)                 # warm: an untimed call, a timed one
+                                      timed=n_calls)
              for kind in kinds for R in rows for t in sizes}
     starts = {(R, side): prefill_call(new_batch_of(target, drafter, R, t, False, text))
               for R in rows for side, t in (("plain", 1), ("speculative", B))}

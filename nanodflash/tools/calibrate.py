@@ -41,7 +41,7 @@ from ..speculative import generate, prefill, speculative_generate, speculative_s
 from ..store.checkpoint import fingerprint, load
 from ..store.data import val_prompts
 from ..store.run_folder import read_costs, run_corpus, write_costs
-from .batch_timing import batch_calls, time_batch_tables
+from .batch_timing import time_batch_tables
 from .cli import check_device, ints, using_threads
 from .step_timing import (
     CONTEXT,
@@ -225,8 +225,7 @@ def step_tables(target, drafter, threads, rows, n_calls=N_CALLS, log=print, text
     single = time_single_steps(target, drafter, threads, n_calls, text)
     costs = {kind: {"1": [s / t["steps"][0] for s in t["steps"]]} for kind, t in single.items()}
     with using_threads(threads["speculative"]):
-        batch, starts = (time_batch_tables(target, drafter, rows, batch_calls(n_calls), text) if rows
-                         else ({}, {}))
+        batch, starts = time_batch_tables(target, drafter, rows, n_calls, text) if rows else ({}, {})
     for R in sorted({1, *rows}):
         for kind in costs:
             if R > 1:
