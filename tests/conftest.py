@@ -2,9 +2,16 @@
 module level: pytest-xdist's controller loads this file before it starts the workers, and a torch import
 there would delay both (about 2.5 s, more from a fresh clone, where it first compiles torch's bytecode)."""
 
+import os
 import sys
 
 import pytest
+
+# One CPU thread per test process, as torch's own default: the suite runs on two workers (make test), one per
+# core of a 2-core machine, so a second thread in any process (a notebook's inline training on "every core",
+# a subprocess) would wait on a core the other worker holds, and slow both. Set before the workers start, so
+# they and their subprocesses inherit it.
+os.environ["OMP_NUM_THREADS"] = "1"
 
 # jsonschema (which nbformat validates notebooks with) imports rfc3987_syntax for its "iri" format check, if
 # installed, and that builds a grammar at import: 1.4-2.7 s per test process. No notebook schema asks for the
