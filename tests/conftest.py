@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-# One CPU thread per test process, as torch's own default: the suite runs on two workers (make test), one per
-# core of a 2-core machine, so a second thread in any process (a notebook's inline training on "every core",
-# a subprocess) would wait on a core the other worker holds, and slow both. Set before the workers start, so
-# they and their subprocesses inherit it.
+# One CPU thread per test process, set as torch's default (the one_thread fixture sets only the calling
+# thread's count): the suite runs on two workers (make test), one per core of a 2-core machine, so a second
+# thread in any process (a notebook's inline training on "every core", a subprocess) would wait on a core the
+# other worker holds, and slow both. Set before the workers start, so they and their subprocesses inherit it.
 os.environ["OMP_NUM_THREADS"] = "1"
 
 # jsonschema (which nbformat validates notebooks with) imports rfc3987_syntax for its "iri" format check, if
