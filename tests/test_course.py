@@ -29,15 +29,24 @@ def test_student_copies_leave_out_exactly_the_solution_cells():
     assert len(nb.cells) == 7, "the original notebook must not change"
 
 
-def test_a_notebook_executes_on_a_run_folder_into_readable_html(smoke_out, tmp_path):
-    nb = execute(NOTEBOOKS / "01_target_and_kv_cache.ipynb", smoke_out)
+def test_a_notebook_executes_in_notebooks_on_the_run_folder_into_readable_html(smoke_out, tmp_path):
+    # a notebook of its own (test_notebooks.py runs the course's, in-process): a real kernel that must see
+    # the run folder and run in notebooks/, and a solution to leave out
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import os\nprint(os.environ['NANODFLASH_OUT'])\nprint(os.getcwd())"),
+        nbformat.v4.new_markdown_cell("## Solutions"),
+        nbformat.v4.new_code_cell("# Prefill in two chunks\nprint('solved')")])
+    nbformat.write(nb, tmp_path / "mine.ipynb")
+    nb = execute(tmp_path / "mine.ipynb", smoke_out)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert outputs and not any(o.output_type == "error" for o in outputs), "no outputs, or an error"
-    write_html(nb, tmp_path / "01.html")
-    write_html(without_solutions(nb), tmp_path / "01.student.html")
-    full, student = (tmp_path / "01.html").read_text(), (tmp_path / "01.student.html").read_text()
-    solution = "Prefill in two chunks"                      # the first solution cell's comment
-    assert solution in full and solution not in student, "the student copy must leave the solutions out"
+    assert outputs and not any(o.output_type == "error" for o in outputs), f"an error, or none: {outputs}"
+    assert nb.cells[0].outputs[0].text.split() == [str(smoke_out.resolve()), str(NOTEBOOKS)], \
+        "the kernel must run in notebooks/ with NANODFLASH_OUT set to the run folder"
+    write_html(nb, tmp_path / "mine.html")
+    write_html(without_solutions(nb), tmp_path / "mine.student.html")
+    full, student = (tmp_path / "mine.html").read_text(), (tmp_path / "mine.student.html").read_text()
+    assert "Prefill in two chunks" in full and "solved" in full, "the handout must show code and outputs"
+    assert "Prefill in two chunks" not in student, "the student copy must leave the solutions out"
     assert "Left out of this student copy" in student, "the student copy must say where the solutions went"
 
 

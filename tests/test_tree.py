@@ -205,9 +205,10 @@ def test_the_caches_after_a_tree_run_continue_like_a_fresh_prefill(target):
 
 # --------------------------------------------------------------------------- sampling: exactly the target's p
 
+# DFlash at T=0.7 and at T=1 with top-k 2: the accept_path exercise's claim (the same runs, twice as many),
+# which test_exercises.py runs on the library's function
 @pytest.mark.parametrize("kind,temperature,top_k,top_p",
-                         [("dflash", 0.7, None, None), ("dflash", 1.0, 2, None),
-                          ("dflash", 1.0, None, 0.8), ("dflash2", 1.0, None, None)])
+                         [("dflash", 1.0, None, 0.8), ("dflash2", 1.0, None, None)])
 def test_sampled_tree_decoding_has_exactly_the_targets_distribution(small, kind, temperature, top_k, top_p):
     target, drafter = small[0], small[1][kind]
     exact = exact_distribution(target, temperature, top_k, top_p)
