@@ -411,7 +411,12 @@ def test_bench_batch_passes_gives_every_batch_size_at_least_that_many_passes(smo
     rows = json.load(open(path))["batch"]["2"]
     assert all(len(a["pass_ratios"]) == 2 for a in rows.values()), f"each method in two passes: {rows}"
     assert all(a["tokens"] == 2 * 8 * 4 for a in rows.values()), f"both passes decode every prompt: {rows}"
-    assert "in 2 passes]" in capsys.readouterr().out, "auto's line gives the spread of its passes"
+    out = capsys.readouterr().out
+    assert "in 2 passes]" in out, "auto's line gives the spread of its passes"
+    best = rows["dflash B=auto"]["over_best"]
+    assert best["passes"] == [2] and best["best"] in ("dflash B=4", "dflash B=8", "dflash B=16"), \
+        f"auto against the block fastest in pass 1, in the pass after it: {best}"
+    assert "the fastest in pass 1" in out and "in pass 2" in out, f"auto's line says how it chose:\n{out}"
 
 
 def test_bench_compares_drafters_of_other_runs_on_the_same_target_by_folder_name(smoke_out, tmp_path, capsys):
