@@ -111,14 +111,12 @@ def run_batch_size(target, drafter, prompts, R, max_new_tokens, sampling=None, s
     for a in acc.values():
         priced = [(plain_lengths[j], steps) for j, steps in a.pop("priced").items()]
         a["predicted"] = predicted_batch_speedup(entry, priced, bool(sampling)) if entry and priced else None
-    result = summarised(acc)
-    result["dflash B=auto"]["over_best"] = auto_over_best(result)
-    return result
+    return summarised(acc)
 
 
 def summarised(acc):
     """Each method's pooled figures from its per-pass sums (pass_tokens, pass_seconds): tokens, seconds,
-    tokens/s, pass_ratios (to plain in the same pass), τ and the repetition of its text."""
+    tokens/s, pass_ratios (to plain in the same pass), τ and the repetition of its text; auto's over_best."""
     plain_rates = [t / s for t, s in zip(acc["plain"]["pass_tokens"], acc["plain"]["pass_seconds"])]
     for a in acc.values():
         tokens, seconds = a["pass_tokens"], a["pass_seconds"]
@@ -128,6 +126,7 @@ def summarised(acc):
         a["tau"] = a.pop("emitted") / a["steps"] if a["steps"] else None
         a["repetition"] = pooled_repetition(a.pop("outs"))
         del a["steps"]
+    acc["dflash B=auto"]["over_best"] = auto_over_best(acc)
     return acc
 
 
