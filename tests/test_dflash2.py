@@ -173,7 +173,7 @@ def test_selector_loss_leaves_out_slots_whose_true_token_is_not_a_candidate(targ
         "total loss != DFlash loss + selector loss"
 
 
-@pytest.mark.parametrize("block_size", [2, 4, 8, 16])      # block 1 never drafts: test_speculative.py's
+@pytest.mark.parametrize("block_size", [2, 4, 8, 16])      # block 1 never drafts: test_speculative.py has it
 def test_greedy_speculative_with_dflash2_equals_greedy_decoding(trained, block_size):
     target, d = trained["target"], trained["drafter"]
     lengths = []
