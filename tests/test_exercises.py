@@ -670,7 +670,7 @@ WRONG = {
                     path.append(int(c[r, s, i]))
                 out.append(path)
             return torch.tensor(out).reshape(*lead, n)
-        """, "given the one chosen before it"),
+        """, "Yours follows table[t][:, i], a column"),
     "tree_mask: transposed, ancestors see their descendants": ("tree_mask", """
         def tree_mask(parent):
             n = len(parent)
@@ -687,7 +687,7 @@ WRONG = {
             nodes = torch.tensor(path) + start
             cache.k[:, :, :, start:start + len(path)] = cache.k[:, :, :, nodes]
             cache.crop(start + len(path))
-        """, "move each kept node's keys/values"),
+        """, "something else in the values of layer(s)"),
     "keep_path: crops one position short": ("keep_path", """
         def keep_path(cache, start, path):
             nodes = torch.tensor(path) + start
@@ -825,7 +825,7 @@ WRONG = {
                 probs = probs * keep.scatter(-1, order, keep)
                 probs = probs / probs.sum(-1, keepdim=True)
             return probs
-        """, "raised RuntimeError"),
+        """, "is more than the 4 tokens: keep them all then"),
     "probs_from_logits: float32 probabilities from float32 logits": ("probs_from_logits", """
         def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
             # never converts to float64: a float32 model's logits give float32 probabilities
@@ -937,6 +937,65 @@ WRONG = {
     "greedy_walk: a tie to the higher candidate index (the last of an ascending argsort)": ("greedy_walk",
         loop_walk_answer(pick='int(np.argsort(s[r, t, i], kind="stable")[-1])'),
         "a tie goes to the lower candidate index"),
+    "greedy_walk: the scores cast to float32": ("greedy_walk",
+        loop_walk_answer(scores="table.detach().cpu().float().numpy()"), "best scores lead the next by 1e-9"),
+    "probs_from_logits: divided by T in the logits' float32": ("probs_from_logits", probs_answer(
+        cast="logits", softmax="torch.softmax(logits.double(), -1)"), "convert to float64 first"),
+    "rejection_verify: one uniform for the whole block": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand((), generator=generator, dtype=torch.float64)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if u * draft_probs[i, d] >= target_probs[i, d]:
+                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "one uniform for the whole block?"),
+    "accept_path: the greedy token kept as a tensor, so no child is ever found": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = logits[node].argmax()
+                else:
+                    y = sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator)
+                child = tree.children[node].get(y)
+                if child is None:
+                    return path, int(y)
+                node = child
+                path.append(node)
+        """, "Your walk stopped where a child holds"),
+    "accept_path: the bonus drawn again where no child holds the first draw": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            def draw(node):
+                if temperature == 0:
+                    return int(logits[node].argmax())
+                return int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+            node, path = 0, [0]
+            while True:
+                child = tree.children[node].get(draw(node))
+                if child is None:
+                    return path, draw(node)
+                node = child
+                path.append(node)
+        """, "at each node draw ONE y"),
+    "residual_distribution: 0 / 0 where p == q": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp(min=0)
+            return r / r.sum(-1, keepdim=True)
+        """, "NaN for such a row even alone"),
+    "residual_distribution: a uniform row where p == q": ("residual_distribution", """
+        def residual_distribution(p, q):
+            r = (p - q).clamp(min=0)
+            total = r.sum(-1, keepdim=True)
+            return torch.where(total > 0, r / total.clamp_min(1e-300), torch.full_like(p, 1 / p.size(-1)))
+        """, "not p's row"),
+    "keep_path: layer 0 moved, the other layers left": ("keep_path", """
+        def keep_path(cache, start, path):
+            nodes = torch.tensor(path) + start
+            cache.k[0, :, :, start:start + len(path)] = cache.k[0, :, :, nodes]
+            cache.v[0, :, :, start:start + len(path)] = cache.v[0, :, :, nodes]
+            cache.crop(start + len(path))
+        """, "the keys of layer(s) [1, 2] and the values of layer(s) [1, 2]"),
 }
 
 

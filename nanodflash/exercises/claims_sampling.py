@@ -66,12 +66,12 @@ def reference_probs(logits, temperature, top_k, top_p):
     return probs
 
 
-def fmt(xs, probs=False):
+def fmt(xs, probs=False, digits=3):
     """A row for a message; a long one by its first values and, for probabilities, the ids they keep."""
     if len(xs) <= 12:
-        return "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+        return "[" + ", ".join(f"{x:.{digits}f}" for x in xs) + "]"
     kept = f", nonzero at ids {[i for i, x in enumerate(xs) if x > 1e-12]}" if probs else ""
-    return "[" + ", ".join(f"{x:.3f}" for x in xs[:6]) + f", ... ({len(xs)} in all){kept}]"
+    return "[" + ", ".join(f"{x:.{digits}f}" for x in xs[:6]) + f", ... ({len(xs)} in all){kept}]"
 
 
 def top_p_first(logits, temperature, top_k, top_p):
@@ -128,12 +128,24 @@ def diagnose(logits, temperature, top_k, top_p, got):
     return ""
 
 
+def call_on_case(student, logits, temperature, top_k, top_p):
+    """student.fn on one case; an exception it raises becomes a failure that names the case."""
+    try:
+        return student.fn(logits, temperature, top_k, top_p)
+    except (IndexError, RuntimeError, ValueError) as e:
+        beyond = (f" top_k = {top_k} is more than the {logits.size(-1)} tokens: keep them all then"
+                  if top_k is not None and top_k > logits.size(-1) else "")
+        raise Failed(f"for logits {fmt(logits.tolist())} with temperature={temperature}, top_k={top_k}, "
+                     f"top_p={top_p} yours raised {type(e).__name__}: {str(e).rstrip('.')}.{beyond}"
+                     ) from None
+
+
 def claim_probs_agree_with_a_plain_reference(student):
     """agrees with a plain reference: temperature, then top-k, then top-p (the nucleus exactly), leaving the
     logits it is given as they were"""
     for logits, temperature, top_k, top_p in CASES:
         given = torch.tensor(logits, dtype=torch.float64)
-        got = student.fn(given, temperature, top_k, top_p)
+        got = call_on_case(student, given, temperature, top_k, top_p)
         if not torch.equal(given, torch.tensor(logits, dtype=torch.float64)):
             raise Failed(f"your function changed the logits it was given ({fmt(logits)} became "
                          f"{fmt(given.tolist())}): the decoders read them again; work on a copy")
@@ -151,7 +163,7 @@ def claim_probs_agree_with_a_plain_reference(student):
 
 def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):
     """float32 logits as large as a sure model's, at T=0.3, and float64 ones at T=0.05: finite
-    probabilities, the reference's"""
+    probabilities, the reference's; float32 logits of a near tie at T=0.001: its odds, to 1e-6"""
     logits = [30.0, 28.0, 10.0, 0.0]
     got = student.fn(torch.tensor(logits), 0.3, None, None)                  # float32, as the models give
     if not isinstance(got, torch.Tensor) or not torch.isfinite(got).all():
@@ -166,6 +178,14 @@ def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):
     if not isinstance(sharp, torch.Tensor) or not torch.isfinite(sharp).all():
         raise Failed(f"float64 logits [40, 38, 0] at T=0.05 gave {sharp}: exp(800) overflows float64 too. "
                      "Subtract the row's largest logit before exp (torch.softmax does).")
+    near = torch.tensor([30.0, 29.999, 0.0])                # float32, a near tie: 1 apart at T = 0.001
+    got = torch.as_tensor(student.fn(near, 0.001, None, None)).double().tolist()
+    want = reference_probs(near.double().tolist(), 0.001, None, None)
+    if any(abs(a - b) > 1e-6 for a, b in zip(got, want)):
+        raise Failed(f"float32 logits [30, 29.999, 0] at T=0.001: yours {fmt(got, digits=6)}, expected "
+                     f"{fmt(want, digits=6)}. In float32, logits divided by T (30,000 here) keep only about "
+                     "3 digits after the point, and those set a near tie's odds: convert to float64 first, "
+                     "then divide and take the softmax there")
 
 
 def claim_probs_work_on_a_batch_of_rows(student):

@@ -73,11 +73,15 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
         if path != expect:
             j = next((j for j, (a, b) in enumerate(zip(path, expect)) if a != b), min(len(path), len(expect)))
             at = expect[j - 1]
+            stopped = j == len(path) < len(expect)              # stopped where a child holds the token
             raise Failed(f"at node {at} the target's token is {int(logits[at].argmax())}"
                          + (f", the token of its child {expect[j]}: go there" if j < len(expect) else
                             ", which no child of it has: stop there")
-                         + f"; your path {path}, the target's {expect}. Follow the target's token, not the "
-                           "drafter's order or scores.")
+                         + f"; your path {path}, the target's {expect}. "
+                         + ("Your walk stopped where a child holds the target's token: look the child up "
+                            "by the token as an int (int(y)), since a tensor key is never found in a dict"
+                            if stopped else
+                            "Follow the target's token, not the drafter's order or scores."))
         if bonus != want_bonus:
             raise Failed(f"the bonus is the target's token at the last accepted node ({want_bonus}); yours "
                          f"{bonus}")
@@ -150,9 +154,10 @@ def claim_accept_path_emits_each_nodes_distribution(student):
             stuck = tree.children[path[-1]].get(int(bonus))
             if stuck is not None:
                 raise Failed(f"at {setting}, your walk stopped at node {path[-1]} and emitted token "
-                             f"{int(bonus)}, which its child {stuck} holds: go down to that child and draw "
-                             "again there (look the child up by an int: a tensor key is never found in a "
-                             "dict)")
+                             f"{int(bonus)}, which its child {stuck} holds: at each node draw ONE y, go to "
+                             "the child holding y, and emit that same y only where no child holds it (a "
+                             "second draw for the bonus, or a child chosen by another rule, emits such "
+                             "tokens; so does a lookup by a tensor: a tensor key is never found in a dict)")
             after = [tree.tokens[n] for n in path[1:]] + [int(bonus)]
             for node, token in zip(path, after):
                 counts[node, token] += 1
@@ -197,12 +202,17 @@ def claim_keep_path_leaves_the_cache_of_a_fresh_prefill(student):
             raise Failed(f"after keeping a path of {len(path)} nodes (the root included) the cache holds {n} "
                          f"tokens; yours says {cache.length}: crop after the kept nodes")
         for pos in range(start, n):
-            if not torch.allclose(cache.k[:, :, :, pos], fresh.k[:, :, :, pos], atol=1e-10) or \
-                    not torch.allclose(cache.v[:, :, :, pos], fresh.v[:, :, :, pos], atol=1e-10):
+            wrong = {name: [layer for layer in range(mine.size(0)) if not torch.allclose(
+                        mine[layer, :, :, pos], want[layer, :, :, pos], atol=1e-10)]
+                     for name, mine, want in (("keys", cache.k, fresh.k), ("values", cache.v, fresh.v))}
+            if any(wrong.values()):
                 node = path[pos - start]
+                where = " and ".join(f"the {name} of layer(s) {layers}" for name, layers in wrong.items()
+                                     if layers)
                 raise Failed(f"position {pos} must hold the keys/values of the path's node {node} (the tree "
-                             f"wrote them at {start + node}); yours holds something else: move each kept "
-                             "node's keys/values to start + its index on the path")
+                             f"wrote them at {start + node}); yours holds something else in {where} (of "
+                             f"{cache.k.size(0)} layers): move each kept node's keys/values, in every layer, "
+                             "to start + its index on the path")
 
 
 def walk_cases():
@@ -233,10 +243,8 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
             t = next(t for t, (a, b) in enumerate(zip(got, want + [None] * len(got))) if a != b)
             row = 0 if t == 0 else cand[t - 1].tolist().index(want[t - 1])
             raise Failed(f"slot {t + 1}: yours {got[t]}, the walk's {want[t]}, the best candidate after "
-                         f"{'the anchor' if t == 0 else want[t - 1]} (row {row} of table[{t}]). Take "
-                         "each "
-                         "slot's best candidate given the one chosen before it, not the best of the slot on "
-                         "its own.")
+                         f"{'the anchor' if t == 0 else want[t - 1]} (row {row} of table[{t}]). "
+                         + walk_fault(cand, table, got))
     for cand, table, want, ties in tied_tables():
         got = student.fn(cand, table)
         got = got.tolist() if isinstance(got, torch.Tensor) else got
@@ -245,6 +253,33 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
                          "the lower candidate index, the first maximum (as argmax takes it; torch.topk and "
                          "sorts order ties their own way once a row is long), or DFlash 2 drafts other "
                          "tokens than the library's")
+    near_tie_walk(student)
+
+
+def walk_fault(cand, table, got):
+    """What a wrong walk did, where it is one a student writes: the predecessor's column read for its row."""
+    i, column = 0, []
+    for t in range(cand.size(0)):
+        i = int(table[t, :, i].argmax())
+        column.append(int(cand[t, i]))
+    if got == column:
+        return ("Yours follows table[t][:, i], a column: row i, table[t][i], holds the scores after "
+                "candidate i (table[t][i][j]: candidate j after candidate i).")
+    return ("Take each slot's best candidate given the one chosen before it, not the best of the slot on its "
+            "own.")
+
+
+def near_tie_walk(student):
+    """Two slots of three candidates whose best scores are 1e-9 above the next, in float64."""
+    table = torch.zeros(2, 3, 3, dtype=torch.float64)
+    table[0, 0] = torch.tensor([1.0, 3.0, 3.0 + 1e-9], dtype=torch.float64)    # after the anchor: 2, by 1e-9
+    table[1, 2] = torch.tensor([5.0, 5.0 + 1e-9, 0.0], dtype=torch.float64)    # after 2: candidate 1, by 1e-9
+    got = student.fn(torch.tensor([[11, 12, 13], [21, 22, 23]]), table)
+    got = got.tolist() if isinstance(got, torch.Tensor) else got
+    if got != [13, 22]:
+        raise Failed(f"on a float64 table whose best scores lead the next by 1e-9 yours drafts {got}, the "
+                     "walk [13, 22]: compare the scores as they come (a float32 cast rounds them into a tie, "
+                     "and a tie goes to the lower index), or DFlash 2 drafts other tokens than the library's")
 
 
 def tied_tables():

@@ -273,7 +273,7 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
 
 def claim_rejection_keeps_a_draft_as_often_as_the_rule_must(student):
     """keeps a draft drawn from q with probability sum_x min(p(x), q(x)), where q differs from p: no less (a
-    rule that keeps less can stay lossless, and wastes the target's pass)"""
+    rule that keeps less can stay lossless, and wastes the target's pass); two drafts, each on its own test"""
     g = torch.Generator().manual_seed(1)
     p = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]], dtype=torch.float64)
     q = torch.tensor([[0.2, 0.3, 0.5]], dtype=torch.float64)
@@ -283,6 +283,17 @@ def claim_rejection_keeps_a_draft_as_often_as_the_rule_must(student):
         raise Failed(f"a draft from q = [0.2, 0.3, 0.5] against p = [0.5, 0.3, 0.2] was kept in {kept:.3f} "
                      f"of the steps; the rule keeps {must:.1f} (sum of min(p, q)): lossless, perhaps, but "
                      "wasteful. Keep draft d when u < p(d) / q(d), for every d")
+    # two drafts: each is kept with probability 0.1 + 0.9 * 0.5 = 0.55 on its own test, so both with 0.55^2
+    p = torch.tensor([[0.55, 0.45]] * 3, dtype=torch.float64)
+    q = torch.tensor([[0.1, 0.9]] * 2, dtype=torch.float64)
+    both = sum(two_ints(student.fn(sample(q, g), q, p, g), "rejection_verify")[0] == 2 for _ in range(n)) / n
+    if abs(both - 0.55 ** 2) > 4 * (0.3025 * 0.6975 / n) ** 0.5:         # 4 standard errors
+        raise Failed(f"two drafts from q = [0.1, 0.9] against p = [0.55, 0.45] (each kept with probability "
+                     f"0.55) were both kept in {both:.3f} of the steps, not 0.55^2 = 0.3025: "
+                     + ("more means the second test is not independent of the first, and the output is no "
+                        "longer p (one uniform for the whole block?): draw a uniform for each draft"
+                        if both > 0.3025 else "lossless, perhaps, but wasteful: test each draft against its "
+                        "own u < p(d) / q(d)"))
 
 
 def claim_match_keeps_a_draft_as_often_as_the_target_draws_it(student):
@@ -325,6 +336,17 @@ def residual_as_contracted(fn, p, q):
     return r
 
 
+def equal_row_fault(student, p):
+    """What a residual that fails on a batch with one row of p == q does with such a row on its own."""
+    alone = student.fn(p[:1], p[:1].clone())
+    if not torch.isfinite(alone).all():
+        return "yours gives NaN for such a row even alone; where a row's residual mass is 0, give p's row"
+    if not torch.allclose(alone, p[:1], atol=1e-9):
+        return (f"yours gives {[round(x, 3) for x in alone[0].tolist()]} for such a row, not p's row: where "
+                "the residual mass is 0, give p's row itself")
+    return "decide row by row, not once for the batch"
+
+
 def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
     """is normalize(max(0, p - q)) row by row, and p itself when p == q"""
     g = torch.Generator().manual_seed(0)
@@ -342,8 +364,7 @@ def claim_residual_is_the_normalized_positive_part_of_p_minus_q(student):
     if not torch.isfinite(r).all() or not torch.allclose(r[0], p[0], atol=1e-9) or \
             not torch.allclose(r[1:], residual_distribution(p[1:], q[1:]), atol=1e-9):
         raise Failed("in a batch where only row 0 has p == q, that row has no residual mass (0 / 0) and must "
-                     "give p back, finite, and the others their residuals: decide row by row, not once for "
-                     "the batch")
+                     "give p back, finite, and the others their residuals: " + equal_row_fault(student, p))
     near = p + 0.004 * (q - p)                 # within 0.01 in total variation: a well-trained drafter's q
     r = student.fn(p, near)
     if not torch.allclose(r, residual_distribution(p, near), atol=1e-9):

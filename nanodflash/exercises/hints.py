@@ -40,8 +40,10 @@ CONTRACTS = {
     top_p (None, or the nucleus mass: a token stays when the mass of the likelier tokens ranked before it
     is below top_p; of two equally likely tokens the lower id ranks first, as in a stable sort, so that
     the nucleus is one set). Returns float64 probabilities of the same shape, each row the distribution plain
-    sampling draws from. The verifiers compare the target's p with the drafter's q,
-    so p must be exactly what plain sampling uses, or decoding is no longer lossless.""",
+    sampling draws from, to float64's precision from the logits' values (float32 logits included: at a low
+    temperature a near tie's odds sit in digits float32 does not keep). The verifiers compare the target's p
+    with the drafter's q, so p must be exactly what plain sampling uses, or decoding is no longer
+    lossless.""",
     "training_mask": """
     Arguments: anchors (N, K), the K anchor positions of each of N sequences; seq_len S, the context
     length; block_size B. Returns a bool tensor (N, K*B, S + K*B): True where a block's query may attend to
@@ -76,9 +78,10 @@ CONTRACTS = {
     table[t][i][j] scores candidate j at slot t after candidate i at slot t - 1 (row 0 of table[0]: after the
     anchor). Returns the n chosen tokens as a LongTensor of shape (n,). R blocks at once, (R, n, K) and
     (R, n, K, K), return (R, n), each row walked on its own (the batched decoder walks every row in one call).
-    Of equal scores the lower candidate index wins (argmax's first maximum), so the drafts are the library's.
-    Both come on the drafter's device (a GPU's): move what you hand to numpy to the CPU first. DFlash 2
-    drafts each slot given the slot before it, which independent per-slot choices cannot.""",
+    Of equal scores the lower candidate index wins (argmax's first maximum), so the drafts are the library's;
+    scores are compared in the table's dtype (float64 ones 1e-9 apart are not equal). Both come on the
+    drafter's device (a GPU's): move what you hand to numpy to the CPU first. DFlash 2 drafts each slot given
+    the slot before it, which independent per-slot choices cannot.""",
     "multi_draft_verify": """
     Arguments: draft_tokens (k,), k independent samples of q = draft_probs (V,); target_probs p (V,);
     generator for every draw (None: torch's global random state). Returns (the index of the draft that was
