@@ -989,6 +989,60 @@ WRONG = {
             total = r.sum(-1, keepdim=True)
             return torch.where(total > 0, r / total.clamp_min(1e-300), torch.full_like(p, 1 / p.size(-1)))
         """, "not p's row"),
+    "accept_path: no deeper than 8 drafts": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+                child = tree.children[node].get(y)
+                if child is None or len(path) > 8:
+                    return path, y
+                node = child
+                path.append(node)
+        """, "no cap on the depth"),
+    "accept_path: a greedy tie to the higher id": ("accept_path", accept_path_answer(
+        greedy="logits.size(-1) - 1 - int(logits[node].flip(-1).argmax())"), "a tie goes to the lower id"),
+    "accept_path: only a node's first child looked at": ("accept_path", """
+        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
+            node, path = 0, [0]
+            while True:
+                if temperature == 0:
+                    y = int(logits[node].argmax())
+                else:
+                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
+                kids = list(tree.children[node].items())
+                if not kids or kids[0][0] != y:
+                    return path, y
+                node = kids[0][1]
+                path.append(node)
+        """, "look among all of a node's children"),
+    "rejection_verify: every accepted test counted, not the leading run": ("rejection_verify", """
+        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
+            n = draft_tokens.numel()
+            u = torch.rand(n, generator=generator, dtype=torch.float64)
+            idx = torch.arange(n)
+            n_acc = int((u * draft_probs[idx, draft_tokens] < target_probs[idx, draft_tokens]).sum())
+            if n_acc < n:
+                return n_acc, int(sample(residual_distribution(target_probs[n_acc], draft_probs[n_acc]),
+                                         generator))
+            return n, int(sample(target_probs[n], generator))
+        """, "before the first rejection only"),
+    "keep_path: copied back to front over the positions still to read": ("keep_path", """
+        def keep_path(cache, start, path):
+            for i in reversed(range(len(path))):
+                cache.k[:, :, :, start + i] = cache.k[:, :, :, start + path[i]]
+                cache.v[:, :, :, start + i] = cache.v[:, :, :, start + path[i]]
+            cache.crop(start + len(path))
+        """, "The new positions overlap the old ones"),
+    "loss_decay_weights: gamma as a rate, exp(-(k-1) * gamma)": ("loss_decay_weights", """
+        def loss_decay_weights(block_size, gamma=None):
+            gamma = gamma or {16: 7.0, 10: 5.0, 8: 4.0}.get(block_size, max(1.0, block_size / 2))
+            k = torch.arange(block_size, dtype=torch.float64)
+            return torch.where(k >= 1, torch.exp(-(k - 1) * gamma), torch.zeros(()))
+        """, "divide by it"),
     "keep_path: layer 0 moved, the other layers left": ("keep_path", """
         def keep_path(cache, start, path):
             nodes = torch.tensor(path) + start

@@ -63,6 +63,7 @@ EXERCISES = [
              "when all are kept, draw the bonus from the last row of target_probs.",
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_rejection_accepts_every_draft_when_q_equals_p,
+              cv.claim_rejection_keeps_only_the_drafts_before_the_first_rejection,
               cv.claim_rejection_keeps_a_draft_as_often_as_the_rule_must,
               cb.claim_rejection_step_emits_each_rows_distribution,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution),

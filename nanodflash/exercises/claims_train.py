@@ -101,6 +101,9 @@ def claim_decay_weights_follow_the_papers_formula(student):
             raise Failed(f"for {setting} yours are the paper's weights times {float(got[1]):.4f} (scaled?): "
                          "the loss is a weighted mean, so a constant factor does not change it, but the "
                          "contract is the weights themselves, w_k = exp(-(k-1)/gamma), 1 on slot 1")
+        if abs(float(got[2]) - math.exp(-g)) < 1e-6:
+            raise Failed(f"slot 2's weight is exp(-gamma) = {float(got[2]):.3g} ({setting}): gamma is the "
+                         "decay length in slots, so divide by it, exp(-(k-1)/gamma), not multiply")
         if gamma is None:
             raise Failed(f"with gamma=None and block_size={B} the weights must use the paper's gamma = {g:g} "
                          f"(7 for B=16, 5 for 10, 4 for 8, else B/2); yours {got.tolist()}")

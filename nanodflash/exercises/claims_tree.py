@@ -78,14 +78,41 @@ def claim_accept_path_follows_the_targets_token_down_the_tree(student):
                          + (f", the token of its child {expect[j]}: go there" if j < len(expect) else
                             ", which no child of it has: stop there")
                          + f"; your path {path}, the target's {expect}. "
-                         + ("Your walk stopped where a child holds the target's token: look the child up "
-                            "by the token as an int (int(y)), since a tensor key is never found in a dict"
-                            if stopped else
+                         + (stop_fault(student) if stopped else
                             "Follow the target's token, not the drafter's order or scores."))
         if bonus != want_bonus:
             raise Failed(f"the bonus is the target's token at the last accepted node ({want_bonus}); yours "
                          f"{bonus}")
+    deep_chain(student)
     near_tie(student)
+
+
+def stop_fault(student):
+    """Why a greedy walk stopped above a child holding the target's token: a tensor key, or only the first
+    child looked at (a root with one child tells them apart)."""
+    tree = Tree.root(5)
+    tree.add(0, 4, 0.0)
+    logits = torch.zeros(2, 8, dtype=torch.float64)
+    logits[0, 4] = 1.0
+    if path_and_token(student.fn(tree, logits))[0] == [0, 1]:
+        return ("Your walk stopped where a child other than the first holds the target's token: look among "
+                "all of a node's children (tree.children[node] maps each child's token to the child)")
+    return ("Your walk stopped where a child holds the target's token: look the child up by the token as an "
+            "int (int(y)), since a tensor key is never found in a dict")
+
+
+def deep_chain(student):
+    """Greedy, down a chain of 20 drafts the target agrees with (a tree as deep as a block of 21)."""
+    tree = Tree.root(5)
+    for i in range(20):
+        tree.add(i, i % 7, 0.0)                                             # node i + 1 holds token i % 7
+    logits = torch.zeros(21, 8, dtype=torch.float64)
+    logits[torch.arange(21), torch.tensor([(i % 7) for i in range(20)] + [7])] = 1.0
+    path, bonus = path_and_token(student.fn(tree, logits))
+    if (path, bonus) != (list(range(21)), 7):
+        raise Failed(f"down a chain of 20 nodes whose every token the target agrees with, yours keeps "
+                     f"{len(path) - 1} and emits {bonus}, the walk keeps 20 and emits 7: go down as deep as "
+                     "the tree is (no cap on the depth)")
 
 
 def path_and_token(result):
@@ -100,7 +127,8 @@ def path_and_token(result):
 
 
 def near_tie(student):
-    """Greedy, at a root whose children hold tokens 4 and 6, and token 6's logit 1e-9 above token 4's."""
+    """Greedy, at a root whose children hold tokens 4 and 6, token 6's logit 1e-9 above token 4's, then
+    equal to it."""
     tree = Tree.root(5)
     tree.add(0, 4, 0.0)                                                     # node 1
     tree.add(0, 6, 0.0)                                                     # node 2
@@ -113,6 +141,12 @@ def near_tie(student):
                      f"1e-9 above token 4's in float64, yours gives {got}, the target's walk ([0, 2], 3): "
                      "take the argmax of the logits as they come (a float32 cast rounds them into a tie, "
                      "and a tie goes to the lower id)")
+    logits[0, 6], logits[1, 2] = 1.0, 1.0                                   # a tie; after node 1: token 2
+    got = path_and_token(student.fn(tree, logits))
+    if got != ([0, 1], 2):
+        raise Failed(f"at a root whose children hold tokens 4 and 6 with equal logits, yours gives {got}, "
+                     "plain greedy decoding's walk ([0, 1], 2): a tie goes to the lower id, as argmax "
+                     "takes it")
 
 
 def hand_made_tree():
@@ -209,10 +243,14 @@ def claim_keep_path_leaves_the_cache_of_a_fresh_prefill(student):
                 node = path[pos - start]
                 where = " and ".join(f"the {name} of layer(s) {layers}" for name, layers in wrong.items()
                                      if layers)
+                every = all(len(layers) == cache.k.size(0) for layers in wrong.values())
                 raise Failed(f"position {pos} must hold the keys/values of the path's node {node} (the tree "
                              f"wrote them at {start + node}); yours holds something else in {where} (of "
                              f"{cache.k.size(0)} layers): move each kept node's keys/values, in every layer, "
-                             "to start + its index on the path")
+                             "to start + its index on the path"
+                             + (". The new positions overlap the old ones: a copy that writes a position "
+                                "before another node's keys/values there are read loses them (copy front "
+                                "to back, or read them all first)" if every else ""))
 
 
 def walk_cases():

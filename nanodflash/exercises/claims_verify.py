@@ -271,6 +271,21 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
                          "loop's last draft)")
 
 
+def claim_rejection_keeps_only_the_drafts_before_the_first_rejection(student):
+    """keeps no draft after a rejected one: a first draft the target never draws ends the block, however
+    sure the target is of the second"""
+    g = torch.Generator().manual_seed(2)
+    q = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    p = torch.tensor([[0.0, 1.0], [0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)   # p(0) = 0 at draft 1
+    for _ in range(20):
+        n_acc, token = two_ints(student.fn(torch.tensor([0, 1]), q, p, g), "rejection_verify")
+        if (n_acc, token) != (0, 1):
+            raise Failed(f"draft 1 is token 0, which the target gives probability 0 (always rejected), and "
+                         f"draft 2 one it accepts for sure; yours gives ({n_acc}, {token}), the rule (0, 1): "
+                         "count the drafts kept before the first rejection only (the drafts after it "
+                         "followed a token the target did not emit), then draw from that position's residual")
+
+
 def claim_rejection_keeps_a_draft_as_often_as_the_rule_must(student):
     """keeps a draft drawn from q with probability sum_x min(p(x), q(x)), where q differs from p: no less (a
     rule that keeps less can stay lossless, and wastes the target's pass); two drafts, each on its own test"""
