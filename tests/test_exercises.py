@@ -66,10 +66,12 @@ def probs_answer(cast="logits.double()", top_k=None, softmax="torch.softmax(logi
 
 
 def accept_path_answer(draw=("y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), "
-                              "generator))",), before=None, greedy="int(logits[node].argmax())"):
+                              "generator))",), before=None, greedy="int(logits[node].argmax())",
+                       child=("child = tree.children[node].get(y)", "if child is None:")):
     """An accept_path answer with the library's walk, its sampled draw of y (lines; the library's draw, on the
-    logits as given, by default) and its `greedy` y (an expression) written as a student might; `before`: a
-    line run once before the walk."""
+    logits as given, by default), its `greedy` y (an expression) and how it finds the child of token y
+    (`child`: lines that set child and end in the test that stops the walk) written as a student might;
+    `before`: a line run once before the walk."""
     lines = ["def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):",
              "    node, path = 0, [0]",
              *([f"    {before}"] if before else []),
@@ -78,8 +80,7 @@ def accept_path_answer(draw=("y = int(sample(probs_from_logits(logits[node], tem
              f"            y = {greedy}",
              "        else:",
              *[f"            {line}" for line in draw],
-             "        child = tree.children[node].get(y)",
-             "        if child is None:",
+             *[f"        {line}" for line in child],
              "            return path, y",
              "        node = child",
              "        path.append(node)"]
@@ -950,20 +951,10 @@ WRONG = {
                     return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
             return n, int(sample(target_probs[n], generator))
         """, "one uniform for the whole block?"),
-    "accept_path: the greedy token kept as a tensor, so no child is ever found": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = logits[node].argmax()
-                else:
-                    y = sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator)
-                child = tree.children[node].get(y)
-                if child is None:
-                    return path, int(y)
-                node = child
-                path.append(node)
-        """, "Your walk stopped where a child holds"),
+    "accept_path: the greedy token kept as a tensor, so no child is ever found": ("accept_path",
+        accept_path_answer(greedy="logits[node].argmax()",
+                           child=["child = tree.children[node].get(y)", "y = int(y)", "if child is None:"]),
+        "Your walk stopped where a child holds"),
     "accept_path: the bonus drawn again where no child holds the first draw": ("accept_path", """
         def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
             def draw(node):
@@ -989,36 +980,15 @@ WRONG = {
             total = r.sum(-1, keepdim=True)
             return torch.where(total > 0, r / total.clamp_min(1e-300), torch.full_like(p, 1 / p.size(-1)))
         """, "not p's row"),
-    "accept_path: no deeper than 8 drafts": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
-                child = tree.children[node].get(y)
-                if child is None or len(path) > 8:
-                    return path, y
-                node = child
-                path.append(node)
-        """, "no cap on the depth"),
+    "accept_path: no deeper than 8 drafts": ("accept_path", accept_path_answer(
+        child=["child = tree.children[node].get(y)", "if child is None or len(path) > 8:"]),
+        "no cap on the depth"),
     "accept_path: a greedy tie to the higher id": ("accept_path", accept_path_answer(
         greedy="logits.size(-1) - 1 - int(logits[node].flip(-1).argmax())"), "a tie goes to the lower id"),
-    "accept_path: only a node's first child looked at": ("accept_path", """
-        def accept_path(tree, logits, temperature=0.0, top_k=None, top_p=None, generator=None):
-            node, path = 0, [0]
-            while True:
-                if temperature == 0:
-                    y = int(logits[node].argmax())
-                else:
-                    y = int(sample(probs_from_logits(logits[node], temperature, top_k, top_p), generator))
-                kids = list(tree.children[node].items())
-                if not kids or kids[0][0] != y:
-                    return path, y
-                node = kids[0][1]
-                path.append(node)
-        """, "look among all of a node's children"),
+    "accept_path: only a node's first child looked at": ("accept_path", accept_path_answer(
+        child=["child = next(iter(tree.children[node].items()), (None, None))",
+               "child = child[1] if child[0] == y else None", "if child is None:"]),
+        "look among all of a node's children"),
     "rejection_verify: every accepted test counted, not the leading run": ("rejection_verify", """
         def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
             n = draft_tokens.numel()
