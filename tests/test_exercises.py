@@ -87,6 +87,34 @@ def accept_path_answer(draw=("y = int(sample(probs_from_logits(logits[node], tem
     return "\n".join(lines) + "\n"
 
 
+def greedy_answer(best="target_logits.argmax(-1)", kept=""):
+    """A greedy_verify answer with the library's steps (the leading drafts equal to each row's best, the
+    bonus from the row after them), its `best` tokens and a `kept` suffix on the count written as a student
+    might."""
+    lines = ["def greedy_verify(draft_tokens, target_logits):",
+             f"    best = {best}",
+             f"    n = (draft_tokens == best[..., :draft_tokens.size(-1)]).long().cumprod(-1).sum(-1){kept}",
+             "    bonus = best.gather(-1, n[..., None])[..., 0]",
+             "    return (int(n), int(bonus)) if draft_tokens.dim() == 1 else (n, bonus)"]
+    return "\n".join(lines) + "\n"
+
+
+def rejection_answer(test="not u[i] * draft_probs[i, d] < target_probs[i, d]",
+                     reject=("return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), "
+                             "generator))",), bonus="sample(target_probs[n], generator)"):
+    """A rejection_verify answer with the library's loop (a uniform per draft, the first rejection ends the
+    block), its `test` for a rejection, what it does on one (`reject`, lines) and its `bonus` draw written as
+    a student might."""
+    lines = ["def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):",
+             "    n = draft_tokens.numel()",
+             "    u = torch.rand(n, generator=generator, dtype=torch.float64)",
+             "    for i, d in enumerate(draft_tokens.tolist()):",
+             f"        if {test}:",
+             *[f"            {line}" for line in reject],
+             f"    return n, int({bonus})"]
+    return "\n".join(lines) + "\n"
+
+
 def multi_draft_answer(uniform="torch.rand(draft_tokens.numel(), generator=generator, dtype=torch.float64)",
                        test="u[i] * q[d] < r[d]", last="sample(r, generator)"):
     """A multi_draft_verify answer with the library's steps (a uniform per draft, each draft tested against
@@ -155,13 +183,8 @@ WRONG = {
             bonus = best.gather(-1, n[..., None])[..., 0]
             return (int(n), int(bonus)) if d.dim() == 1 else (n, bonus)
         """, "padding matches no token"),
-    "greedy_verify: the argmax of a float32 softmax": ("greedy_verify", """
-        def greedy_verify(draft_tokens, target_logits):
-            best = torch.softmax(target_logits.float(), -1).argmax(-1)
-            n = (draft_tokens == best[..., :draft_tokens.size(-1)]).long().cumprod(-1).sum(-1)
-            bonus = best.gather(-1, n[..., None])[..., 0]
-            return (int(n), int(bonus)) if draft_tokens.dim() == 1 else (n, bonus)
-        """, "rounds them into a tie"),
+    "greedy_verify: the argmax of a float32 softmax": ("greedy_verify", greedy_answer(
+        best="torch.softmax(target_logits.float(), -1).argmax(-1)"), "rounds them into a tie"),
     "rejection_verify: the bonus after a fully kept block from the global generator": ("rejection_verify", """
         def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
             n = draft_tokens.numel()
@@ -305,15 +328,9 @@ WRONG = {
                     return i, int(sample(target_probs[i], generator))
             return draft_tokens.numel(), int(y[-1])
         """, "do not follow the target's distribution"),
-    "rejection_verify: p instead of the residual on a rejection": ("rejection_verify", """
-        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            n = draft_tokens.numel()
-            u = torch.rand(n, generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if not u[i] < target_probs[i, d] / draft_probs[i, d]:
-                    return i, int(sample(target_probs[i], generator))
-            return n, int(sample(target_probs[n], generator))
-        """, "look at the token it emits after a rejection"),
+    "rejection_verify: p instead of the residual on a rejection": ("rejection_verify", rejection_answer(
+        reject=["return i, int(sample(target_probs[i], generator))"]),
+        "look at the token it emits after a rejection"),
     "rejection_verify: accepts whenever p >= q, no coin": ("rejection_verify", """
         def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
             n = draft_tokens.numel()
@@ -322,25 +339,13 @@ WRONG = {
                     return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
             return n, int(sample(target_probs[n], generator))
         """, "do not follow the target's distribution"),
-    "rejection_verify: q / p instead of p / q": ("rejection_verify", """
-        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            n = draft_tokens.numel()
-            u = torch.rand(n, generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if not u[i] < draft_probs[i, d] / target_probs[i, d]:
-                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
-            return n, int(sample(target_probs[n], generator))
-        """, "a rule that accepts too often fails exactly like this"),
+    "rejection_verify: q / p instead of p / q": ("rejection_verify", rejection_answer(
+        test="not u[i] < draft_probs[i, d] / target_probs[i, d]"),
+        "a rule that accepts too often fails exactly like this"),
     # caught at block size 3 only: there the bonus after a full block fits in the H new tokens
-    "rejection_verify: the bonus after a full block from the last draft's row": ("rejection_verify", """
-        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            n = draft_tokens.numel()
-            u = torch.rand(n, generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if not u[i] < target_probs[i, d] / draft_probs[i, d]:
-                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
-            return n, int(sample(target_probs[max(n - 1, 0)], generator))
-        """, "an output the target gives probability 0"),
+    "rejection_verify: the bonus after a full block from the last draft's row": ("rejection_verify",
+        rejection_answer(bonus="sample(target_probs[max(n - 1, 0)], generator)"),
+        "an output the target gives probability 0"),
     "tree_mask: an integer mask, not a boolean one": ("tree_mask", """
         def tree_mask(parent):
             n = len(parent)
@@ -561,7 +566,7 @@ WRONG = {
                     r = residual_distribution(target_probs[i], draft_probs[i])
                     return i, min(int(torch.searchsorted(r.cumsum(0), u[i])), r.numel() - 1)
             return n, int(sample(target_probs[n], generator))
-        """, "draw the residual with fresh randomness"),
+        """, "with fresh randomness (the uniform that rejected"),
     "rejection_verify: one uniform for every draft": ("rejection_verify", """
         def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
             n = draft_tokens.numel()
@@ -570,7 +575,7 @@ WRONG = {
                 if u * draft_probs[i, d] >= target_probs[i, d]:
                     return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
             return n, int(sample(target_probs[n], generator))
-        """, "your samples do not follow the target's distribution"),
+        """, "one uniform for the whole block?"),
     "residual_distribution: normalised over the whole batch, not row by row": ("residual_distribution", """
         def residual_distribution(p, q):
             r = (p - q).clamp_min(0)
@@ -942,15 +947,6 @@ WRONG = {
         loop_walk_answer(scores="table.detach().cpu().float().numpy()"), "best scores lead the next by 1e-9"),
     "probs_from_logits: divided by T in the logits' float32": ("probs_from_logits", probs_answer(
         cast="logits", softmax="torch.softmax(logits.double(), -1)"), "convert to float64 first"),
-    "rejection_verify: one uniform for the whole block": ("rejection_verify", """
-        def rejection_verify(draft_tokens, draft_probs, target_probs, generator=None):
-            n = draft_tokens.numel()
-            u = torch.rand((), generator=generator, dtype=torch.float64)
-            for i, d in enumerate(draft_tokens.tolist()):
-                if u * draft_probs[i, d] >= target_probs[i, d]:
-                    return i, int(sample(residual_distribution(target_probs[i], draft_probs[i]), generator))
-            return n, int(sample(target_probs[n], generator))
-        """, "one uniform for the whole block?"),
     "accept_path: the greedy token kept as a tensor, so no child is ever found": ("accept_path",
         accept_path_answer(greedy="logits[node].argmax()",
                            child=["child = tree.children[node].get(y)", "y = int(y)", "if child is None:"]),
@@ -1013,6 +1009,52 @@ WRONG = {
             k = torch.arange(block_size, dtype=torch.float64)
             return torch.where(k >= 1, torch.exp(-(k - 1) * gamma), torch.zeros(()))
         """, "divide by it"),
+    "greedy_verify: never more than 12 drafts kept": ("greedy_verify", greedy_answer(kept=".clamp_max(12)"),
+        "should have been kept"),
+    "rejection_verify: the last of 12 or more drafts never kept": ("rejection_verify", rejection_answer(
+        test="not u[i] * draft_probs[i, d] < target_probs[i, d] or (n >= 12 and i == n - 1)"),
+        "so all 15 must be kept"),
+    "rejection_verify: p without the rejected draft in place of the residual": ("rejection_verify",
+        rejection_answer(reject=["rest = target_probs[i].clone()", "rest[d] = 0.0",
+                                 "return i, int(sample(rest / rest.sum(), generator))"]),
+        "normalize(max(0, p_i - q_i))"),
+    "match_verify: the argmax after a long fully kept block": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            n = draft_tokens.numel()
+            y = sample(target_probs, generator)
+            for i, d in enumerate(draft_tokens.tolist()):
+                if d != int(y[i]):
+                    return i, int(y[i])
+            return n, int(target_probs[n].argmax()) if n >= 12 else int(y[n])
+        """, "a sample, not its argmax"),
+    "probs_from_logits: top_p of 0.99 or more taken as no nucleus": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            return library(logits, temperature, top_k, None if top_p is not None and top_p >= 0.99 else top_p)
+        """, "however close to 1 it is"),
+    "probs_from_logits: results kept by the logits' address": ("probs_from_logits", """
+        from nanodflash.sampling import probs_from_logits as library
+        SEEN = {}
+
+        def probs_from_logits(logits, temperature=1.0, top_k=None, top_p=None):
+            key = (logits.data_ptr(), tuple(logits.shape), logits.dtype, temperature, top_k, top_p)
+            if key not in SEEN:
+                SEEN[key] = library(logits, temperature, top_k, top_p)
+            return SEEN[key].clone()
+        """, "keep nothing between calls"),
+    "multi_draft_verify: no more than 4 drafts tested": ("multi_draft_verify",
+        multi_draft_answer(test="i < 4 and u[i] * q[d] < r[d]"), "every draft tested"),
+    "keep_path: only the first 8 kept nodes moved": ("keep_path", """
+        def keep_path(cache, start, path):
+            for i, node in enumerate(path[:8]):
+                cache.k[:, :, :, start + i] = cache.k[:, :, :, start + node]
+                cache.v[:, :, :, start + i] = cache.v[:, :, :, start + node]
+            cache.crop(start + len(path))
+        """, "must hold the keys/values of the path's node"),
+    "greedy_walk: slot 1 read from the last row of table[0]": ("greedy_walk",
+        loop_walk_answer(pick="int(s[r, t, K - 1 if t == 0 else i].argmax())"),
+        "starts from another row of table[0]"),
     "keep_path: layer 0 moved, the other layers left": ("keep_path", """
         def keep_path(cache, start, path):
             nodes = torch.tensor(path) + start

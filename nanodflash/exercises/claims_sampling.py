@@ -38,6 +38,7 @@ CASES = [
     ([float((7 * i) % 3) for i in range(64)], 0.7, 40, 0.6),
     ([2.0, 2.0, 0.0], 1.0, 1, None),                        # top_k = 1 with a tie at the top: both kept
     ([1.0, 1.005, 0.0], 0.005, None, None),                  # a near tie at a very low temperature: sampled
+    ([math.log(0.9), math.log(0.095), math.log(0.005)], 1.0, None, 0.99),   # top_p near 1: the tail goes
 ]
 
 
@@ -104,6 +105,9 @@ def diagnose(logits, temperature, top_k, top_p, got):
             return (" You applied top-p before top-k: keep the top_k largest first, renormalise, then take "
                     "the nucleus of what is left.")
     want = reference_probs(logits, temperature, top_k, top_p)
+    if (top_k or top_p) and close(got, reference_probs(logits, temperature, None, None)):
+        return (f" Yours is the softmax at T={temperature} with no truncation: top-k and top-p apply at "
+                "every temperature, 1 included, and top_p cuts the tail however close to 1 it is.")
     n_want = sum(p > 1e-12 for p in want)
     if top_p is not None and sorted(round(p, 9) for p in got) == sorted(round(p, 9) for p in want):
         return (" You kept other tokens of equally likely ones: the contract ranks a tie by id, the lower "
@@ -159,6 +163,13 @@ def claim_probs_agree_with_a_plain_reference(student):
             raise Failed(f"for logits {fmt(logits)} with {setting}: yours {fmt(got, True)}, expected "
                          f"{fmt(want, True)}."
                          + diagnose(logits, temperature, top_k, top_p, got))
+    buffer = torch.tensor(CASES[1][0], dtype=torch.float64)          # a buffer the decoders fill again
+    first = student.fn(buffer, 1.0, None, None).tolist()
+    buffer.copy_(buffer.flip(0))
+    if not close(student.fn(buffer, 1.0, None, None).tolist(), first[::-1]):
+        raise Failed("called again on the same tensor with new values (the decoders refill their buffers), "
+                     "yours gave what it gave for the old values: compute from the values every call, "
+                     "keep nothing between calls")
 
 
 def claim_probs_stay_finite_for_large_logits_at_a_low_temperature(student):

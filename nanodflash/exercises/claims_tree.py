@@ -220,12 +220,23 @@ def prefilled(target, tokens, extra=0):
     return cache
 
 
+def two_chains(n):
+    """A tree of two chains of n drafts each, their nodes interleaved (odd nodes one chain, even the
+    other): a kept path of n + 1 nodes whose every node but the root moves."""
+    tree = Tree.root(5)
+    for k in range(2 * n):
+        tree.add(max(k - 1, 0), 1 + k % 40, 0.0)           # node k + 1: its parent node k - 1, or the root
+    return tree
+
+
 def claim_keep_path_leaves_the_cache_of_a_fresh_prefill(student):
-    """after a tree pass, the cache equals a fresh prefill of the prompt and the kept path"""
+    """after a tree pass, the cache equals a fresh prefill of the prompt and the kept path (paths of 1 to 13
+    nodes)"""
     target, prompt, tree = tiny_target(), PROMPTS[2], random_tree(3, 30)
     deepest = max(range(len(tree)), key=lambda i: tree.depth[i])
     full = tree.path(deepest)
-    for path in ([0], full[: len(full) // 2 + 1], full):
+    two = two_chains(12)
+    for tree, path in ((tree, [0]), (tree, full[: len(full) // 2 + 1]), (tree, full), (two, two.path(23))):
         cache = prefilled(target, prompt, len(tree) + 1)
         start = cache.length
         verify_tree(target, cache, tree)
@@ -286,12 +297,25 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
     for cand, table, want, ties in tied_tables():
         got = student.fn(cand, table)
         got = got.tolist() if isinstance(got, torch.Tensor) else got
+        if got != want and any(got == walk_from(cand, table, r) for r in range(1, cand.size(1))):
+            raise Failed(f"on a table with ties ({ties}) yours drafts {got}, the walk {want}: yours starts "
+                         "from another row of table[0] than row 0; slot 1 reads row 0, the scores after the "
+                         "anchor")
         if got != want:
             raise Failed(f"on a table with ties ({ties}) yours drafts {got}, the walk {want}: a tie goes to "
                          "the lower candidate index, the first maximum (as argmax takes it; torch.topk and "
                          "sorts order ties their own way once a row is long), or DFlash 2 drafts other "
                          "tokens than the library's")
     near_tie_walk(student)
+
+
+def walk_from(cand, table, row):
+    """The greedy walk's tokens, its first slot read from `row` of table[0] (the walk's: row 0)."""
+    i, tokens = row, []
+    for t in range(cand.size(0)):
+        i = int(table[t, i].argmax())
+        tokens.append(int(cand[t, i]))
+    return tokens
 
 
 def walk_fault(cand, table, got):

@@ -50,7 +50,8 @@ def two_ints(result, name):
 
 def greedy_blocks(seed, n_cases=40, V=16):
     """Hand-made verification cases: (drafts (n,), target logits (n+1, V)), drafts that agree with the
-    target's argmax for a random number of slots, then a disagreement, then anything (agreeing again too)."""
+    target's argmax for a random number of slots, then a disagreement, then anything (agreeing again too);
+    then two blocks of 15 drafts, all agreeing and all but the last."""
     g = torch.Generator().manual_seed(seed)
     for _ in range(n_cases):
         n = int(torch.randint(0, 8, (1,), generator=g))
@@ -62,6 +63,11 @@ def greedy_blocks(seed, n_cases=40, V=16):
             drafts[k] = (best[k] + 1) % V
             drafts[k + 1:] = torch.where(torch.rand(n - k - 1, generator=g) < 0.5, best[k + 1:n],
                                          torch.randint(0, V, (n - k - 1,), generator=g))
+        yield drafts, logits
+    for k in (15, 14):              # a block of 16 (15 drafts): all kept, then all but the last
+        logits = torch.randn(16, V, generator=g, dtype=torch.float64)
+        drafts = logits.argmax(-1)[:15].clone()
+        drafts[k:] = (drafts[k:] + 1) % V
         yield drafts, logits
 
 
@@ -259,7 +265,8 @@ def claim_rejection_decoding_has_exactly_the_targets_distribution(student):
 
 
 def claim_match_keeps_every_draft_the_target_is_sure_of(student):
-    """keeps every draft, the last one too, when the target gives each probability 1"""
+    """keeps every draft, the last one too, when the target gives each probability 1 (blocks of up to 16),
+    then samples the token after them"""
     for n in range(1, 7):
         drafts = torch.arange(n) % 5                                          # (n,) any tokens
         p = torch.nn.functional.one_hot(torch.cat([drafts, torch.tensor([6])]), 8).double()   # (n+1, 8)
@@ -269,6 +276,15 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
                          f"them, yet yours gives ({n_acc}, {bonus}), not ({n}, 6): lossless, perhaps, but "
                          "a rule that keeps fewer drafts than it must wastes the target's pass (check the "
                          "loop's last draft)")
+    drafts = torch.arange(15) % 5                                              # a block of 16, all sure
+    p = torch.nn.functional.one_hot(drafts, 8).double()
+    p = torch.cat([p, torch.tensor([[0.0] * 6 + [0.5, 0.5]], dtype=torch.float64)])    # then 6 or 7, even
+    g = torch.Generator().manual_seed(7)
+    sevens = sum(two_ints(student.fn(drafts, p, g), "match_verify")[1] == 7 for _ in range(400)) / 400
+    if abs(sevens - 0.5) > 0.1:                                                # 4 standard errors
+        raise Failed(f"after 15 drafts the target is sure of, the token after them is 6 or 7 with 0.5 each; "
+                     f"yours gave 7 in {sevens:.2f} of 400 steps: draw it from the last row of target_probs "
+                     "(a sample, not its argmax)")
 
 
 def claim_rejection_keeps_only_the_drafts_before_the_first_rejection(student):
@@ -326,12 +342,12 @@ def claim_match_keeps_a_draft_as_often_as_the_target_draws_it(student):
 def claim_rejection_accepts_every_draft_when_q_equals_p(student):
     """accepts every draft when the drafter's q equals the target's p"""
     g = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        p = torch.softmax(2 * torch.randn(5, 8, generator=g, dtype=torch.float64), -1)
-        drafts = torch.multinomial(p[:4], 1, generator=g)[:, 0]
-        n_acc, _ = two_ints(student.fn(drafts, p[:4], p, g), "rejection_verify")
-        if n_acc != 4:
-            raise Failed(f"with q equal to p, p/q = 1 at every draft, so all 4 must be kept; you kept "
+    for n in [4] * 20 + [15] * 5:                                   # 15: a block of 16's drafts
+        p = torch.softmax(2 * torch.randn(n + 1, 8, generator=g, dtype=torch.float64), -1)
+        drafts = torch.multinomial(p[:n], 1, generator=g)[:, 0]
+        n_acc, _ = two_ints(student.fn(drafts, p[:n], p, g), "rejection_verify")
+        if n_acc != n:
+            raise Failed(f"with q equal to p, p/q = 1 at every draft, so all {n} must be kept; you kept "
                          f"{n_acc}")
 
 
