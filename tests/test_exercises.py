@@ -1055,6 +1055,16 @@ WRONG = {
     "greedy_walk: slot 1 read from the last row of table[0]": ("greedy_walk",
         loop_walk_answer(pick="int(s[r, t, K - 1 if t == 0 else i].argmax())"),
         "starts from another row of table[0]"),
+    "match_verify: p cut to its top 256 tokens for a large vocabulary": ("match_verify", """
+        def match_verify(draft_tokens, target_probs, generator=None):
+            p = target_probs
+            if p.size(-1) >= 1000:                          # only the likeliest tokens matter, surely
+                top = p.topk(256, -1)
+                p = torch.zeros_like(p).scatter(-1, top.indices, top.values)
+            y = sample(p, generator)
+            n = int((draft_tokens == y[:draft_tokens.numel()]).long().cumprod(0).sum())
+            return n, int(y[n])
+        """, "draw from all of p, not a part of it"),
     "keep_path: layer 0 moved, the other layers left": ("keep_path", """
         def keep_path(cache, start, path):
             nodes = torch.tensor(path) + start

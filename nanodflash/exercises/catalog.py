@@ -52,6 +52,7 @@ EXERCISES = [
              (cb.claim_sampled_rules_draw_only_from_their_generator,
               cv.claim_match_keeps_every_draft_the_target_is_sure_of,
               cv.claim_match_keeps_a_draft_as_often_as_the_target_draws_it,
+              cv.claim_match_draws_from_the_whole_vocabulary,
               cb.claim_match_step_emits_each_rows_distribution,
               cv.claim_match_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample"),
@@ -65,6 +66,7 @@ EXERCISES = [
               cv.claim_rejection_accepts_every_draft_when_q_equals_p,
               cv.claim_rejection_keeps_only_the_drafts_before_the_first_rejection,
               cv.claim_rejection_keeps_a_draft_as_often_as_the_rule_must,
+              cv.claim_rejection_draws_from_the_whole_vocabulary,
               cb.claim_rejection_step_emits_each_rows_distribution,
               cv.claim_rejection_decoding_has_exactly_the_targets_distribution),
              "import torch\n\nfrom nanodflash.sampling import sample\nfrom nanodflash.verify import "

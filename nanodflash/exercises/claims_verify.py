@@ -287,6 +287,29 @@ def claim_match_keeps_every_draft_the_target_is_sure_of(student):
                      "(a sample, not its argmax)")
 
 
+def whole_vocabulary(student, name):
+    """2000 steps with the target's p uniform over 1024 tokens: how many distinct tokens the rule emits."""
+    V, g = 1024, torch.Generator().manual_seed(3)
+    p = torch.full((2, V), 1.0 / V, dtype=torch.float64)
+    drafts = torch.tensor([0])
+    args = (drafts, p, g) if name == "match_verify" else (drafts, p[:1], p, g)
+    seen = {two_ints(student.fn(*args), name)[1] for _ in range(2000)}
+    if len(seen) < 600:
+        raise Failed(f"with the target's p uniform over {V} tokens (a real model's vocabulary), 2000 steps "
+                     f"of yours emitted {len(seen)} distinct tokens, where draws from p give about 880: draw "
+                     "from all of p, not a part of it")
+
+
+def claim_match_draws_from_the_whole_vocabulary(student):
+    """emits tokens from the whole of p over a real model's vocabulary (1024 tokens), not a part of it"""
+    whole_vocabulary(student, "match_verify")
+
+
+def claim_rejection_draws_from_the_whole_vocabulary(student):
+    """emits tokens from the whole of p over a real model's vocabulary (1024 tokens), not a part of it"""
+    whole_vocabulary(student, "rejection_verify")
+
+
 def claim_rejection_keeps_only_the_drafts_before_the_first_rejection(student):
     """keeps no draft after a rejected one: a first draft the target never draws ends the block, however
     sure the target is of the second"""
