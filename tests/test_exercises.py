@@ -12,10 +12,12 @@ import torch
 from helpers import run_command
 from nanodflash.exercises import BY_NAME, EXERCISES, StudentFileError, load_function, run_checks, skeleton
 from nanodflash.exercises import claims_block as cb
+from nanodflash.exercises import claims_greedy as cg
 from nanodflash.exercises import claims_sampling as cs
 from nanodflash.exercises import claims_train as ct
 from nanodflash.exercises import claims_tree as ctree
 from nanodflash.exercises import claims_verify as cv
+from nanodflash.exercises import claims_walk as cw
 from nanodflash.exercises.check import Failed, Student, run_claim
 from nanodflash.exercises.claims_verify import BLOCKS, SAMPLED
 from nanodflash.exercises.models import soft_pair
@@ -1244,15 +1246,15 @@ def test_hint_2_gives_the_steps_in_words_and_hint_3_the_code_with_every_argument
 # holds that function's only batched cases, and takes under half a second.
 SLOW_CLAIMS = {
     # decodings
-    cv.claim_greedy_speculative_equals_greedy_decoding,
+    cg.claim_greedy_speculative_equals_greedy_decoding,
     cv.claim_match_decoding_has_exactly_the_targets_distribution,
     cv.claim_rejection_decoding_has_exactly_the_targets_distribution,
     ctree.claim_sampled_tree_decoding_has_exactly_the_targets_distribution,
     cs.claim_sampled_decoding_stays_exact_with_it,
     ctree.claim_greedy_tree_decoding_equals_greedy_decoding,
     ctree.claim_sampled_tree_decoding_with_it_has_exactly_the_targets_distribution,
-    ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
-    ctree.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding,
+    cw.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
+    cw.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding,
     # statistical tests
     cv.claim_match_keeps_a_draft_as_often_as_the_target_draws_it,
     cv.claim_rejection_keeps_a_draft_as_often_as_the_rule_must,
@@ -1264,7 +1266,7 @@ SLOW_CLAIMS = {
     ctree.claim_accept_path_emits_each_nodes_distribution,
     # the meta device
     ct.claim_training_mask_is_made_on_the_anchors_device,
-    cv.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
+    cg.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
 }
 
 
@@ -1342,9 +1344,9 @@ def test_a_failure_of_a_written_function_points_to_the_steps_and_an_unwritten_on
 
 @pytest.mark.parametrize("mistake,claim", [
     ("greedy_verify: two 0-d tensors where ints are due",
-     cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token),
+     cg.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token),
     ("greedy_walk: a numpy array instead of a LongTensor",
-     ctree.claim_walk_takes_the_best_candidate_after_the_one_before),
+     cw.claim_walk_takes_the_best_candidate_after_the_one_before),
     ("accept_path: greedy, the bonus returned as a 0-d tensor",
      ctree.claim_accept_path_follows_the_targets_token_down_the_tree),
 ])

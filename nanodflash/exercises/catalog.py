@@ -11,10 +11,12 @@ import textwrap
 from dataclasses import dataclass
 
 from . import claims_block as cb
+from . import claims_greedy as cg
 from . import claims_sampling as cs
 from . import claims_train as ct
 from . import claims_tree as ctree
 from . import claims_verify as cv
+from . import claims_walk as cw
 from .hints import CONTRACTS
 
 
@@ -39,11 +41,11 @@ EXERCISES = [
              "argmax of each row of target_logits; count the leading drafts equal to it; the bonus is the "
              "argmax of the row right after them. With R blocks at once, the same for each row (a loop is "
              "fine), where a padding -1 equals no token; make any tensor you build on target_logits.device.",
-             (cv.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
-              cv.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
-              cv.claim_batched_greedy_decoding_with_it_equals_greedy_decoding,
-              cv.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
-              cv.claim_greedy_speculative_equals_greedy_decoding)),
+             (cg.claim_greedy_verify_keeps_the_agreed_prefix_and_the_targets_next_token,
+              cg.claim_greedy_verify_breaks_a_tie_as_plain_greedy_decoding,
+              cg.claim_batched_greedy_decoding_with_it_equals_greedy_decoding,
+              cg.claim_greedy_verify_makes_its_tensors_on_the_logits_device,
+              cg.claim_greedy_speculative_equals_greedy_decoding)),
     Exercise("match_verify", "nanodflash.verify", "why lossless: 'Sampling: the argument'", 15,
              "sampling, drafts from the drafter's argmax: keep d_i while the target's own sample equals it",
              "draw one token y_i from each row of target_probs with the generator you are given "
@@ -136,11 +138,11 @@ EXERCISES = [
              "score (a tie: the lower index) in the row of the candidate chosen at slot t-1; return the "
              "chosen tokens. With R blocks at once, the same walk for each row (a loop over the rows is "
              "fine). Tensors come on the drafter's device: .cpu() before any .numpy().",
-             (ctree.claim_walk_takes_the_best_candidate_after_the_one_before,
-              ctree.claim_walk_takes_each_row_of_a_batch_on_its_own,
-              ctree.claim_walk_takes_tensors_on_the_drafters_device,
-              ctree.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
-              ctree.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding),
+             (cw.claim_walk_takes_the_best_candidate_after_the_one_before,
+              cw.claim_walk_takes_each_row_of_a_batch_on_its_own,
+              cw.claim_walk_takes_tensors_on_the_drafters_device,
+              cw.claim_dflash2_greedy_decoding_with_it_equals_greedy_decoding,
+              cw.claim_batched_dflash2_decoding_with_it_equals_greedy_decoding),
              "import numpy as np\nimport torch"),
     Exercise("multi_draft_verify", "nanodflash.verify", "why lossless: 'Winning acceptance back: a flatter "
              "q, and several drafts for one slot'", 30,
