@@ -19,7 +19,7 @@ from ..sampling import sample
 from ..verify import residual_distribution
 from .check import Failed
 from .claims_tree import hand_made_tree
-from .claims_verify import two_ints
+from .claims_verify import two_ints, verifier_args
 from .oracle import ALPHA, far_apart, one_position_p_value, rule_counts
 
 V = 6               # tokens of the hand-made rows
@@ -58,7 +58,7 @@ def step_counts(student, name, p, q, generator):
     counts = torch.zeros(N_DRAFTS + 1, V)
     for run in range(N_RUNS):
         drafts = sample(q, generator)                                          # (N_DRAFTS,)
-        args = (drafts, p, generator) if name == "match_verify" else (drafts, q, p, generator)
+        args = verifier_args(name, drafts, q, p, generator)
         before = copies(args) if run < 20 else None
         n_acc, bonus = two_ints(student.fn(*args), name)
         if before is not None:

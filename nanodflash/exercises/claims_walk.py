@@ -57,22 +57,20 @@ def claim_walk_takes_the_best_candidate_after_the_one_before(student):
     near_tie_walk(student)
 
 
-def walk_from(cand, table, row):
-    """The greedy walk's tokens, its first slot read from `row` of table[0] (the walk's: row 0)."""
+def walk_from(cand, table, row=0, column=False):
+    """The greedy walk's tokens, its first slot read from `row` of table[0] (the walk's: row 0); column:
+    each slot read from the column of the candidate before, as a walk that swaps table[t][i][j]'s indices
+    does."""
     i, tokens = row, []
     for t in range(cand.size(0)):
-        i = int(table[t, i].argmax())
+        i = int((table[t, :, i] if column else table[t, i]).argmax())
         tokens.append(int(cand[t, i]))
     return tokens
 
 
 def walk_fault(cand, table, got):
     """What a wrong walk did, where it is one a student writes: the predecessor's column read for its row."""
-    i, column = 0, []
-    for t in range(cand.size(0)):
-        i = int(table[t, :, i].argmax())
-        column.append(int(cand[t, i]))
-    if got == column:
+    if got == walk_from(cand, table, column=True):
         return ("Yours follows table[t][:, i], a column: row i, table[t][i], holds the scores after "
                 "candidate i (table[t][i][j]: candidate j after candidate i).")
     return ("Take each slot's best candidate given the one chosen before it, not the best of the slot on its "
