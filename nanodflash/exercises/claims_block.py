@@ -350,9 +350,9 @@ def claim_multi_draft_accepts_more_with_more_drafts(student):
                              "draft_tokens, repeated drafts counted (a sampled tree moves to child i)")
             hits += i >= 0
         rates.append(hits / runs)
-    rest = 1.0                                    # the chance that recursive rejection rejects 8 drafts
+    rest, r = 1.0, p                              # the chance that recursive rejection rejects 8 drafts
     for _ in range(8):
-        rest, p = rest * (1 - float(torch.minimum(p, q).sum())), residual_distribution(p, q)
+        rest, r = rest * (1 - float(torch.minimum(r, q).sum())), residual_distribution(r, q)
     if not rates[0] < rates[1] < rates[2] or rates[3] < 1 - rest - 4 * (rest * (1 - rest) / 500) ** 0.5:
         raise Failed(f"it accepts a draft {' / '.join(f'{r:.2f}' for r in rates)} of the time with 1 / 2 / 4 "
                      f"/ 8 drafts (the rule: {1 - rest:.2f} with 8): width must pay, every draft tested "

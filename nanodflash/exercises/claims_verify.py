@@ -11,9 +11,7 @@ import torch
 from ..sampling import sample
 from ..verify import residual_distribution
 from .check import BrokenContract, Failed
-from .models import (
-    soft_pair,
-)
+from .models import soft_pair
 from .oracle import (
     ALPHA,
     N_SAMPLES,

@@ -82,11 +82,12 @@ def near_tie_walk(student):
     table = torch.zeros(2, 3, 3, dtype=torch.float64)
     table[0, 0] = torch.tensor([1.0, 3.0, 3.0 + 1e-9], dtype=torch.float64)    # after the anchor: 2, by 1e-9
     table[1, 2] = torch.tensor([5.0, 5.0 + 1e-9, 0.0], dtype=torch.float64)    # after 2: candidate 1, by 1e-9
-    got = student.fn(torch.tensor([[11, 12, 13], [21, 22, 23]]), table)
+    cand = torch.tensor([[11, 12, 13], [21, 22, 23]])
+    got, want = student.fn(cand, table), walk_from(cand, table)                 # want: [13, 22]
     got = got.tolist() if isinstance(got, torch.Tensor) else got
-    if got != [13, 22]:
+    if got != want:
         raise Failed(f"on a float64 table whose best scores lead the next by 1e-9 yours drafts {got}, the "
-                     "walk [13, 22]: compare the scores as they come (a float32 cast rounds them into a tie, "
+                     f"walk {want}: compare the scores as they come (a float32 cast rounds them into a tie, "
                      "and a tie goes to the lower index), or DFlash 2 drafts other tokens than the library's")
 
 
